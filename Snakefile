@@ -1,0 +1,21 @@
+# quantladder: the quantization ladder of open LLMs, point by point, card by card.
+# Thin on purpose: config, includes, and the default target. The logic lives in workflow/quantladder.
+
+
+configfile: "config/config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/models.smk"
+include: "rules/anchors.smk"
+include: "rules/measures.smk"
+include: "rules/bfcl.smk"
+include: "rules/code.smk"
+include: "rules/ruler.smk"
+include: "rules/aggregate.smk"
+
+
+rule all:
+    input:
+        get_final_outputs(),
+    default_target: True

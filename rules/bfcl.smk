@@ -1,0 +1,1 @@
+# bfcl: rules are added by the bfcl benchmark work.

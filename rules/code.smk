@@ -1,0 +1,1 @@
+# code: rules are added by the code benchmark work.

@@ -1,0 +1,180 @@
+import json
+import sys
+from pathlib import Path
+
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+# The package lives in workflow/; importing it from the checkout keeps a clone runnable
+# even before `pip install -e .` (the scripts import it the same way).
+sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+
+import quantladder.config as qconfig
+import quantladder.manifest as qmanifest
+from quantladder import card as qcard
+
+
+validate(config, schema="../config/config.schema.yaml")
+for _bench, _section in config["benchmarks"].items():
+    _schema = Path(workflow.basedir) / "config" / "schemas" / f"{_bench}.schema.yaml"
+    if _schema.exists():
+        validate(_section, schema=str(_schema))
+qconfig.check_semantics(config, source="config")
+
+# The card keys every result. Detected here from local facts only (NVML, /proc/cpuinfo),
+# never from the network; a cluster sets `card:` per partition in its profile.
+CARD = qcard.label(config.get("card"))
+
+
+wildcard_constraints:
+    card=r"[A-Za-z0-9._-]+",
+    family=r"[A-Za-z0-9._-]+",
+    rung=r"[A-Za-z0-9_.-]+",
+    kv=r"[a-z0-9_]+(-[a-z0-9_]+)?",
+    corpus=r"[A-Za-z0-9._-]+",
+    n_ctx=r"\d+",
+    measure=r"[a-z_0-9]+",
+    benchmark=r"[a-z_0-9]+",
+
+
+POINT_DIR = "results/{card}/points/{family}/{rung}/{kv}"
+
+
+def enabled_measures():
+    """Per-point measures and benchmarks switched on in the config, in a fixed order."""
+    names = [m for m, s in config["measures"].items() if s.get("enabled", True)]
+    names += [b for b, s in config["benchmarks"].items() if s.get("enabled")]
+    return names
+
+
+def point_outputs(card, family=None):
+    fams = [family] if family else qconfig.families(config)
+    out = []
+    for fam in fams:
+        for rung in qconfig.rungs(config, fam):
+            for kv in qconfig.kv_types(config, fam):
+                for m in enabled_measures():
+                    out.append(
+                        f"results/{card}/points/{fam}/{rung}/{kv}/{m}/metrics.json"
+                    )
+    return out
+
+
+def get_point_metrics(wildcards):
+    return point_outputs(wildcards.card)
+
+
+def get_family_metrics(wildcards):
+    return point_outputs(wildcards.card, wildcards.family)
+
+
+def get_final_outputs():
+    outs = [f"results/{CARD}/points.parquet", f"results/{CARD}/report.html"]
+    outs += [f"results/{CARD}/curves/{fam}.parquet" for fam in qconfig.families(config)]
+    return outs
+
+
+def get_source_spec(wildcards):
+    fam = config["families"][wildcards.family]
+    return json.dumps({"source": fam["source"], "sha256": fam.get("sha256")}, sort_keys=True)
+
+
+def get_prebuilt_spec(wildcards):
+    pre = config["families"][wildcards.family]["prebuilt"][wildcards.rung]
+    return json.dumps(pre, sort_keys=True)
+
+
+def get_quantize_options(wildcards):
+    return json.dumps(
+        qconfig.rung_options(config, wildcards.family, wildcards.rung), sort_keys=True
+    )
+
+
+def get_rung_gguf(wildcards):
+    kind = qconfig.rung_kind(config, wildcards.family, wildcards.rung)
+    base = f"resources/models/{wildcards.family}"
+    if kind == "reference":
+        return f"{base}/reference/{wildcards.rung}.gguf"
+    return f"{base}/{kind}/{wildcards.rung}.gguf"
+
+
+def get_rung_info(wildcards):
+    return get_rung_gguf(wildcards) + ".json"
+
+
+def get_reference_gguf(wildcards):
+    rung = qconfig.reference_rung(config, wildcards.family)
+    return f"resources/models/{wildcards.family}/reference/{rung}.gguf"
+
+
+def get_imatrix(wildcards):
+    opts = qconfig.rung_options(config, wildcards.family, wildcards.rung)
+    return [opts["imatrix"]] if opts.get("imatrix") else []
+
+
+def get_corpus_spec(wildcards):
+    name = wildcards.corpus
+    if name not in config["corpora"]:
+        raise ValueError(
+            f"config: corpus {name!r} is not defined under `corpora:` (known: {sorted(config['corpora'])})"
+        )
+    return json.dumps(config["corpora"][name], sort_keys=True)
+
+
+def get_corpus_file(wildcards):
+    return f"resources/corpora/{config['measures']['perplexity']['corpus']}.txt"
+
+
+def spec_hash(measure):
+    """An input function giving the point's manifest-spec hash for one measure."""
+
+    def _hash(wildcards):
+        return qmanifest.spec_hash(
+            config,
+            wildcards.card,
+            wildcards.family,
+            wildcards.rung,
+            wildcards.kv,
+            measure,
+        )
+
+    _hash.__name__ = f"spec_hash_{measure}"
+    return _hash
+
+
+def get_anchor_status(measure):
+    def _anchor(wildcards):
+        return f"results/{wildcards.card}/anchors/{measure}.json"
+
+    _anchor.__name__ = f"anchor_status_{measure}"
+    return _anchor
+
+
+def get_reference_logits(wildcards):
+    """Every rung but the reference compares against the reference's stored log-probs."""
+    ppl = config["measures"]["perplexity"]
+    if not ppl.get("kld", True):
+        return []
+    ref = qconfig.reference_rung(config, wildcards.family)
+    return (
+        f"results/{wildcards.card}/reference_logits/{wildcards.family}/"
+        f"{ppl['corpus']}-n{ppl['n_ctx']}-{wildcards.kv}.qlogits"
+    )
+
+
+def mem_mb_from_input(factor, overhead_mb=None):
+    """A memory request sized from the job's input files (model size x factor + headroom)."""
+
+    def _mem(wildcards, input):
+        extra = overhead_mb
+        if extra is None:
+            extra = config["resources"].get("mem_overhead_mb", 1024)
+        return int(input.size_mb * factor + extra)
+
+    _mem.__name__ = f"mem_mb_x{factor}"
+    return _mem
+
+
+def runtime_for(rule_name, default):
+    return config["resources"].get("runtime_min", {}).get(rule_name, default)

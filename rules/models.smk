@@ -1,0 +1,81 @@
+# Model files: source -> reference rung -> quantized rungs (and prebuilt third-party rungs).
+
+
+rule acquire_source:
+    output:
+        gguf="resources/models/{family}/source/source.gguf",
+        info="resources/models/{family}/source/source.gguf.json",
+    params:
+        source=get_source_spec,
+    log:
+        "logs/acquire_source/{family}.log",
+    resources:
+        mem_mb=1024,
+        runtime=runtime_for("acquire_source", 120),
+    script:
+        "../scripts/acquire.py"
+
+
+rule acquire_prebuilt:
+    output:
+        gguf="resources/models/{family}/prebuilt/{rung}.gguf",
+        info="resources/models/{family}/prebuilt/{rung}.gguf.json",
+    params:
+        source=get_prebuilt_spec,
+    log:
+        "logs/acquire_prebuilt/{family}/{rung}.log",
+    resources:
+        mem_mb=1024,
+        runtime=runtime_for("acquire_prebuilt", 120),
+    script:
+        "../scripts/acquire.py"
+
+
+rule reference_rung:
+    input:
+        gguf="resources/models/{family}/source/source.gguf",
+        info="resources/models/{family}/source/source.gguf.json",
+    output:
+        gguf="resources/models/{family}/reference/{rung}.gguf",
+        info="resources/models/{family}/reference/{rung}.gguf.json",
+    log:
+        "logs/reference_rung/{family}/{rung}.log",
+    resources:
+        mem_mb=mem_mb_from_input(6),
+        runtime=runtime_for("reference_rung", 60),
+    script:
+        "../scripts/reference.py"
+
+
+rule quantize:
+    input:
+        gguf=get_reference_gguf,
+        imatrix=get_imatrix,
+    output:
+        gguf="resources/models/{family}/quantized/{rung}.gguf",
+        info="resources/models/{family}/quantized/{rung}.gguf.json",
+    params:
+        options=get_quantize_options,
+        binary=config["quantize"].get("binary"),
+    threads: workflow.cores
+    log:
+        "logs/quantize/{family}/{rung}.log",
+    resources:
+        mem_mb=mem_mb_from_input(2),
+        runtime=runtime_for("quantize", 60),
+    script:
+        "../scripts/quantize.py"
+
+
+rule corpus:
+    output:
+        "resources/corpora/{corpus}.txt",
+    params:
+        source=get_corpus_spec,
+    log:
+        "logs/corpus/{corpus}.log",
+    resources:
+        mem_mb=1024,
+        runtime=30,
+    script:
+        "../scripts/corpus.py"

@@ -1,0 +1,1 @@
+# ruler: rules are added by the ruler benchmark work.

@@ -1,0 +1,8 @@
+"""quantladder: what an open LLM loses and gains at every rung of the quantization ladder."""
+
+__version__ = "0.1.0"
+
+# Bumped whenever a change in the package changes what a measured figure means.
+# It enters every manifest (and so every point's params), because Snakemake does not
+# track the modules that a rule's script imports.
+HARNESS_VERSION = "0.1.0"

@@ -1,0 +1,123 @@
+"""The Parquet dataset: the single source of truth for curves, report and recommendation.
+
+Long form: one row per (point × benchmark × metric × subset × n_ctx). Every figure carries
+its unit, and its standard error where it is a statistic.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .io import atomic_path, read_json
+
+# (column, arrow type, unit or meaning). This table is the documented schema (README links it).
+COLUMNS: list[tuple[str, pa.DataType, str]] = [
+    ("card", pa.string(), "results key of the card the point ran on"),
+    ("family", pa.string(), "model family name from the config"),
+    ("rung", pa.string(), "quantization rung (F16, Q8_0, Q4_K_M, ... or a prebuilt name)"),
+    ("kv", pa.string(), "KV-cache type label ('f16', 'q8_0', or 'K-V')"),
+    ("type_k", pa.string(), "K-cache ggml type"),
+    ("type_v", pa.string(), "V-cache ggml type"),
+    ("is_reference", pa.bool_(), "the family's reference rung (F16/BF16)"),
+    ("benchmark", pa.string(), "perplexity, kld, speed, memory, energy, bfcl, humaneval, ruler, ..."),
+    ("metric", pa.string(), "metric name; its unit is in `unit`"),
+    ("subset", pa.string(), "category / task / length label within the benchmark, null for the whole"),
+    ("n_ctx", pa.int64(), "context length the figure was measured at (tokens), null if none"),
+    ("value", pa.float64(), "the figure, in `unit`"),
+    ("unit", pa.string(), "unit of value and stderr (e.g. tokens/s, bytes, %, nats, 1)"),
+    ("stderr", pa.float64(), "standard error (or sd over repetitions where metric says so), same unit"),
+    ("n", pa.int64(), "sample count behind the figure (tokens, items, repetitions)"),
+    ("higher_is_better", pa.bool_(), "direction of the metric"),
+    ("status", pa.string(), "ok | unanchored | blocked | incomplete | failed"),
+    ("status_reason", pa.string(), "why a status is not ok"),
+    ("bits_per_weight", pa.float64(), "tensor bits / parameters of the rung's GGUF (bits)"),
+    ("file_bytes", pa.int64(), "size of the rung's GGUF file (bytes)"),
+    ("n_params", pa.int64(), "parameters in the GGUF (count)"),
+    ("gguf_sha256", pa.string(), "sha256 of the rung's GGUF"),
+    ("manifest_hash", pa.string(), "hash of the point's manifest spec (decides validity)"),
+    ("harness_version", pa.string(), "quantladder harness version"),
+    ("llama_cpp_python", pa.string(), "llama-cpp-python version"),
+    ("libllama_sha256", pa.string(), "sha256 of the loaded libllama"),
+    ("card_name", pa.string(), "GPU or CPU model name"),
+    ("data_hash", pa.string(), "hash of the benchmark data or corpus"),
+    ("measured_at", pa.string(), "UTC time the point was measured (ISO 8601)"),
+]
+SCHEMA = pa.schema([pa.field(n, t) for n, t, _ in COLUMNS])
+
+STATUSES = ("ok", "unanchored", "blocked", "incomplete", "failed")
+
+
+def metric_row(metric: str, value, unit: str, *, stderr=None, n=None, subset=None, n_ctx=None,
+               higher_is_better: bool | None = None) -> dict:
+    """One metric row as benchmarks write it in their metrics.json."""
+    if value is not None and not isinstance(value, (int, float)):
+        raise TypeError(f"metric {metric}: value must be a number, got {type(value).__name__}")
+    if not unit:
+        raise ValueError(f"metric {metric}: a figure needs its unit (use '1' for a pure number)")
+    return {"metric": metric, "value": None if value is None else float(value), "unit": unit,
+            "stderr": None if stderr is None or (isinstance(stderr, float) and math.isnan(stderr)) else float(stderr),
+            "n": n, "subset": subset, "n_ctx": n_ctx, "higher_is_better": higher_is_better}
+
+
+def rows_from_point(metrics_path: str | Path, manifest_path: str | Path | None = None) -> list[dict]:
+    """Flatten one point's metrics.json (+ its manifest) into dataset rows."""
+    m = read_json(metrics_path)
+    man = read_json(manifest_path) if manifest_path else m.get("manifest", {})
+    point = man.get("point", {})
+    model = man.get("model", {})
+    lib = man.get("library", {})
+    card = man.get("card", {})
+    base = {
+        "card": point.get("card"), "family": point.get("family"), "rung": point.get("rung"),
+        "kv": point.get("kv"), "type_k": point.get("type_k"), "type_v": point.get("type_v"),
+        "is_reference": bool(point.get("is_reference")),
+        "benchmark": m["benchmark"], "status": m.get("status", "ok"),
+        "status_reason": m.get("status_reason"),
+        "bits_per_weight": model.get("bits_per_weight"), "file_bytes": model.get("file_bytes"),
+        "n_params": model.get("n_params"), "gguf_sha256": model.get("sha256"),
+        "manifest_hash": man.get("spec_hash"), "harness_version": man.get("harness_version"),
+        "llama_cpp_python": lib.get("llama_cpp_python"), "libllama_sha256": lib.get("libllama_sha256"),
+        "card_name": card.get("name"), "data_hash": (man.get("data") or {}).get("sha256"),
+        "measured_at": man.get("created_at"),
+    }
+    rows = []
+    for r in m.get("rows", []):
+        row = {c: None for c, _, _ in COLUMNS}
+        row.update(base)
+        row.update({k: r.get(k) for k in ("metric", "value", "unit", "stderr", "n", "subset", "n_ctx", "higher_is_better")})
+        if m.get("incomplete"):
+            row["status"] = "incomplete"
+        rows.append(row)
+    if not rows:  # a blocked benchmark still shows up, with its reason
+        row = {c: None for c, _, _ in COLUMNS}
+        row.update(base)
+        row.update({"metric": "status", "unit": "1"})
+        rows.append(row)
+    return rows
+
+
+def to_table(rows: list[dict]) -> pa.Table:
+    cols = {name: [r.get(name) for r in rows] for name, _, _ in COLUMNS}
+    return pa.Table.from_pydict(cols, schema=SCHEMA)
+
+
+def write(rows: list[dict], path: str | Path) -> None:
+    table = to_table(rows)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+def read(path: str | Path):
+    import pandas as pd
+
+    return pd.read_parquet(path)
+
+
+def schema_markdown() -> str:
+    lines = ["| column | type | unit / meaning |", "|---|---|---|"]
+    lines += [f"| `{n}` | {t} | {d} |" for n, t, d in COLUMNS]
+    return "\n".join(lines)

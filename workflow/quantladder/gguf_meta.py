@@ -1,0 +1,135 @@
+"""Read what a GGUF file says about itself: architecture, sizes, parameters, bits per weight."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .errors import ModelFileError
+
+GGUF_MAGIC = b"GGUF"
+
+# llama.cpp's llama_ftype names for general.file_type (include/llama.h).
+FILE_TYPE_NAMES = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
+    10: "Q2_K", 11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M",
+    16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S",
+    22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M",
+    28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0",
+    37: "TQ2_0", 38: "MXFP4_MOE",
+}
+
+# Bytes per element of the KV-cache types llama.cpp accepts (ggml block sizes).
+KV_TYPE_BYTES = {
+    "f32": 4.0, "f16": 2.0, "bf16": 2.0,
+    "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
+    "q5_0": 22 / 32, "q5_1": 24 / 32, "iq4_nl": 18 / 32,
+}
+
+
+@dataclass
+class GGUFInfo:
+    path: str
+    file_bytes: int
+    tensor_bytes: int
+    n_params: int
+    bits_per_weight: float
+    architecture: str
+    file_type: str
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    n_embd: int
+    head_dim_k: int
+    head_dim_v: int
+    n_ctx_train: int
+    n_vocab: int
+    has_chat_template: bool
+    tensor_types: dict
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def kv_bytes(self, n_ctx: int, type_k: str = "f16", type_v: str = "f16") -> int:
+        """Predicted KV-cache bytes: layers × context × kv_heads × (k_dim·bytes_k + v_dim·bytes_v).
+
+        For F16 this is the familiar 2 × layers × kv_heads × head_dim × 2 bytes × context.
+        Sliding-window layers (Gemma 3) really hold less; the prediction is an upper bound.
+        """
+        for t in (type_k, type_v):
+            if t not in KV_TYPE_BYTES:
+                raise ModelFileError(f"unknown KV-cache type {t!r}; known: {sorted(KV_TYPE_BYTES)}")
+        per_token = self.n_head_kv * (
+            self.head_dim_k * KV_TYPE_BYTES[type_k] + self.head_dim_v * KV_TYPE_BYTES[type_v]
+        )
+        return int(round(self.n_layer * n_ctx * per_token))
+
+
+def _field(reader, key, default=None):
+    f = reader.fields.get(key)
+    if f is None:
+        return default
+    try:
+        return f.contents()
+    except Exception:  # older gguf without contents(): scalar in the last part
+        return f.parts[f.data[0]][0].item() if f.data else default
+
+
+def check_magic(path: str | os.PathLike) -> None:
+    p = Path(path)
+    if not p.is_file():
+        raise ModelFileError(f"{p}: no such file")
+    with open(p, "rb") as fh:
+        magic = fh.read(4)
+    if magic != GGUF_MAGIC:
+        raise ModelFileError(f"{p}: not a GGUF file (starts with {magic!r}, expected b'GGUF')")
+
+
+def read_info(path: str | os.PathLike) -> GGUFInfo:
+    """Parse the header and tensor table; a truncated or malformed file raises ModelFileError."""
+    import gguf
+
+    p = Path(path)
+    check_magic(p)
+    size = p.stat().st_size
+    try:
+        reader = gguf.GGUFReader(str(p), "r")
+    except Exception as e:  # gguf raises ValueError/IndexError/struct errors on bad headers
+        raise ModelFileError(f"{p}: unreadable GGUF ({type(e).__name__}: {e})") from e
+    tensors = reader.tensors
+    if not tensors:
+        raise ModelFileError(f"{p}: GGUF holds no tensors")
+    end = max(int(t.data_offset) + int(t.n_bytes) for t in tensors)
+    if end > size:
+        raise ModelFileError(f"{p}: truncated GGUF: tensor data ends at byte {end}, file has {size}")
+    n_params = sum(int(t.n_elements) for t in tensors)
+    tensor_bytes = sum(int(t.n_bytes) for t in tensors)
+    arch = str(_field(reader, "general.architecture", "unknown"))
+    ft = _field(reader, "general.file_type")
+    n_head = int(_field(reader, f"{arch}.attention.head_count", 0) or 0)
+    n_head_kv = int(_field(reader, f"{arch}.attention.head_count_kv", n_head) or n_head)
+    n_embd = int(_field(reader, f"{arch}.embedding_length", 0) or 0)
+    default_hd = n_embd // n_head if n_head else 0
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    n_vocab = len(tokens.data) if tokens is not None else 0
+    return GGUFInfo(
+        path=str(p),
+        file_bytes=size,
+        tensor_bytes=tensor_bytes,
+        n_params=n_params,
+        bits_per_weight=tensor_bytes * 8.0 / n_params,
+        architecture=arch,
+        file_type=FILE_TYPE_NAMES.get(int(ft), str(ft)) if ft is not None else "unknown",
+        n_layer=int(_field(reader, f"{arch}.block_count", 0) or 0),
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        n_embd=n_embd,
+        head_dim_k=int(_field(reader, f"{arch}.attention.key_length", default_hd) or default_hd),
+        head_dim_v=int(_field(reader, f"{arch}.attention.value_length", default_hd) or default_hd),
+        n_ctx_train=int(_field(reader, f"{arch}.context_length", 0) or 0),
+        n_vocab=n_vocab,
+        has_chat_template="tokenizer.chat_template" in reader.fields,
+        tensor_types=dict(sorted(Counter(gguf.GGMLQuantizationType(t.tensor_type).name for t in tensors).items())),
+    )

@@ -1,0 +1,1 @@
+"""Per-point measures: perplexity + KLD, speed, memory, energy."""

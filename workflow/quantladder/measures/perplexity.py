@@ -1,0 +1,331 @@
+"""Perplexity and KL divergence with llama-perplexity's protocol.
+
+Protocol (llama.cpp tools/perplexity/perplexity.cpp, `perplexity()` and `kl_divergence()`):
+  * the whole text is tokenized once, with BOS when the vocab adds one, special tokens not parsed;
+  * it is cut into chunks of n_ctx tokens (needs >= 2 chunks); n_batch // n_ctx chunks are decoded
+    together, each as its own sequence at positions 0..n_ctx-1;
+  * the first token of each chunk is replaced by BOS when the vocab adds one;
+  * only the second half is scored: logits at positions first = n_ctx/2 .. n_ctx-2 predict the
+    tokens first+1 .. n_ctx-1 (n_ctx - 1 - first tokens per chunk);
+  * PPL = exp(mean NLL), ± PPL · sqrt(var(NLL) / (N-1)).
+KLD mode: the reference run stores, per scored position, its log-probabilities as uint16 over
+[max(min, max-16), max] with a per-row scale and offset; a rung is compared on identical tokens,
+with KL summed over the reference's entries above -16 nats, as llama.cpp does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DataError
+from ..io import atomic_path, sha256_bytes
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"QLLOGIT1"
+LOG_PROB_FLOOR = 16.0  # nats below the top log-prob that are kept (llama.cpp's range)
+
+
+@dataclass
+class Protocol:
+    n_ctx: int = 512
+    n_batch: int = 2048
+    max_chunks: int = 0  # 0: all
+
+    @property
+    def first(self) -> int:
+        return self.n_ctx // 2
+
+    @property
+    def rows_per_chunk(self) -> int:
+        return self.n_ctx - 1 - self.first
+
+    @property
+    def n_seq(self) -> int:
+        return max(1, self.n_batch // self.n_ctx)
+
+
+def n_chunks(n_tokens: int, proto: Protocol, source: str = "corpus") -> int:
+    if n_tokens < 2 * proto.n_ctx:
+        raise DataError(f"{source}: {n_tokens} tokens; the protocol needs at least 2*n_ctx = {2 * proto.n_ctx}")
+    n = n_tokens // proto.n_ctx
+    return min(n, proto.max_chunks) if proto.max_chunks else n
+
+
+def log_softmax_rows(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row maxima and log-sum-exp (float64 sums, as llama.cpp accumulates in double)."""
+    m = logits.max(axis=1)
+    s = np.exp(logits - m[:, None]).sum(axis=1, dtype=np.float64)
+    return m, m.astype(np.float64) + np.log(s)
+
+
+# -- reference log-prob store ------------------------------------------------------------------
+class ReferenceWriter:
+    def __init__(self, path: str | os.PathLike, header: dict, tokens: np.ndarray):
+        self._ctx = atomic_path(path)
+        self.tmp = self._ctx.__enter__()
+        self.f = open(self.tmp, "wb")
+        h = json.dumps(header, sort_keys=True).encode()
+        self.f.write(MAGIC + struct.pack("<Q", len(h)) + h)
+        self.f.write(tokens.astype("<i4").tobytes())
+
+    def add(self, logits: np.ndarray, m: np.ndarray, lse: np.ndarray) -> None:
+        lp_max = (m - lse).astype(np.float32)
+        lp_min = (logits.min(axis=1) - lse).astype(np.float32)
+        lo = np.maximum(lp_min, lp_max - LOG_PROB_FLOOR)
+        scale = np.maximum((lp_max - lo) / 65535.0, np.float32(1e-30)).astype(np.float32)
+        lp = logits - lse.astype(np.float32)[:, None]
+        q = np.rint((lp - lo[:, None]) / scale[:, None])
+        np.clip(q, 0, 65535, out=q)
+        meta = np.stack([scale, lo], axis=1).astype("<f4")
+        self.f.write(meta.tobytes())
+        self.f.write(q.astype("<u2").tobytes())
+
+    def close(self, ok: bool = True) -> None:
+        self.f.close()
+        if ok:
+            self._ctx.__exit__(None, None, None)
+        else:
+            self._ctx.__exit__(RuntimeError, RuntimeError("aborted"), None)
+
+
+class ReferenceReader:
+    """Reads the store chunk by chunk (memory-mapped: RAM does not grow with the corpus)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        try:
+            with open(self.path, "rb") as f:
+                magic = f.read(8)
+                if magic != MAGIC:
+                    raise DataError(f"{self.path}: not a quantladder reference-logit file")
+                (hlen,) = struct.unpack("<Q", f.read(8))
+                self.header = json.loads(f.read(hlen))
+        except (OSError, struct.error, json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise DataError(f"{self.path}: corrupt reference-logit file ({e})") from e
+        h = self.header
+        self.n_vocab, self.rows = int(h["n_vocab"]), int(h["rows_per_chunk"])
+        self.n_chunks, self.n_ctx = int(h["n_chunks"]), int(h["n_ctx"])
+        self.tok_off = 16 + hlen
+        self.data_off = self.tok_off + 4 * self.n_chunks * self.n_ctx
+        self.chunk_bytes = self.rows * 8 + self.rows * self.n_vocab * 2
+        expect = self.data_off + self.n_chunks * self.chunk_bytes
+        size = self.path.stat().st_size
+        if size != expect:
+            raise DataError(f"{self.path}: corrupt or truncated reference-logit file ({size} bytes, expected {expect})")
+        self.mm = np.memmap(self.path, dtype=np.uint8, mode="r")
+
+    def tokens(self) -> np.ndarray:
+        return np.frombuffer(self.mm, dtype="<i4", count=self.n_chunks * self.n_ctx, offset=self.tok_off)
+
+    def chunk(self, c: int) -> tuple[np.ndarray, np.ndarray]:
+        off = self.data_off + c * self.chunk_bytes
+        meta = np.frombuffer(self.mm, dtype="<f4", count=self.rows * 2, offset=off).reshape(self.rows, 2)
+        q = np.frombuffer(self.mm, dtype="<u2", count=self.rows * self.n_vocab,
+                          offset=off + self.rows * 8).reshape(self.rows, self.n_vocab)
+        return meta, q
+
+    def check_compatible(self, tokens: np.ndarray, n_vocab: int, proto: Protocol, n_chunk: int) -> None:
+        h = self.header
+        problems = []
+        if int(h["n_ctx"]) != proto.n_ctx:
+            problems.append(f"n_ctx {h['n_ctx']} != {proto.n_ctx}")
+        if self.n_vocab != n_vocab:
+            problems.append(f"vocab {self.n_vocab} != {n_vocab}")
+        if self.n_chunks < n_chunk:
+            problems.append(f"{self.n_chunks} chunks stored, {n_chunk} needed")
+        elif not np.array_equal(self.tokens()[: n_chunk * proto.n_ctx], tokens[: n_chunk * proto.n_ctx]):
+            problems.append("the token stream differs (another corpus or tokenizer)")
+        if problems:
+            raise DataError(f"{self.path}: reference logits do not match this run: " + "; ".join(problems))
+
+
+# -- the pass ----------------------------------------------------------------------------------
+def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = None,
+        write_reference: str | os.PathLike | None = None, ref_header: dict | None = None,
+        progress_every: int = 10, deadline: float | None = None) -> dict:
+    """One pass over the corpus with a RawContext built with n_ctx = n_seq·n_ctx, n_seq_max = n_seq.
+
+    Returns per-token arrays summarised by `summarize` (kept in float64, a few MB for wikitext-2).
+    """
+    t_start = time.perf_counter()
+    tokens = ctx.tokenize(text, add_special=True, parse_special=False)
+    n_chunk = n_chunks(len(tokens), proto)
+    first, rows, n_ctx = proto.first, proto.rows_per_chunk, proto.n_ctx
+    used = tokens[: n_chunk * n_ctx].copy()
+    if reference is not None:
+        reference.check_compatible(used, ctx.n_vocab, proto, n_chunk)
+    writer = None
+    if write_reference:
+        header = {"n_vocab": ctx.n_vocab, "n_ctx": n_ctx, "first": first, "rows_per_chunk": rows,
+                  "n_chunks": n_chunk, "tokens_sha256": sha256_bytes(used.astype("<i4").tobytes()),
+                  "log_prob_floor": LOG_PROB_FLOOR, **(ref_header or {})}
+        writer = ReferenceWriter(write_reference, header, used)
+    nll = np.empty(n_chunk * rows, dtype=np.float64)
+    out = {"nll": nll}
+    if reference is not None:
+        out.update(nll_base=np.empty_like(nll), kld=np.empty_like(nll), dp=np.empty_like(nll),
+                   same_top=np.empty(len(nll), dtype=bool))
+    add_bos = ctx.add_bos
+    bos = ctx.bos
+    n_seq = proto.n_seq
+    chunk_pos = np.arange(n_ctx, dtype=np.int32)
+    done = 0
+    ok = False
+    try:
+        for c0 in range(0, n_chunk, n_seq):
+            if deadline is not None and time.time() > deadline:
+                raise TimeoutError(f"perplexity pass stopped at chunk {c0}/{n_chunk}: time budget reached")
+            ns = min(n_seq, n_chunk - c0)
+            ctx.clear()
+            # llama-perplexity splits a chunk into n_batch pieces when n_ctx > n_batch
+            piece = min(n_ctx, proto.n_batch)
+            for p0 in range(0, n_ctx, piece):
+                p1 = min(n_ctx, p0 + piece)
+                toks, pos, seqs, mask = [], [], [], []
+                for s in range(ns):
+                    base = (c0 + s) * n_ctx
+                    t = used[base + p0: base + p1].copy()
+                    if add_bos and p0 == 0:
+                        t[0] = bos
+                    toks.append(t)
+                    pos.append(chunk_pos[p0:p1])
+                    seqs.append(np.full(p1 - p0, s, dtype=np.int32))
+                    mask.append((chunk_pos[p0:p1] >= first).astype(np.int8))
+                n_out = ctx.decode(np.concatenate(toks), np.concatenate(pos), np.concatenate(seqs),
+                                   np.concatenate(mask))
+                if p1 < n_ctx:
+                    continue
+                all_logits = ctx.logits(n_out)
+                per_seq = n_ctx - first  # output rows per sequence (pieces before `first` emit none)
+                if piece < n_ctx:
+                    raise NotImplementedError("n_batch < n_ctx: give n_batch >= n_ctx")
+                for s in range(ns):
+                    c = c0 + s
+                    lg = all_logits[s * per_seq: s * per_seq + rows]
+                    target = used[c * n_ctx + first + 1: (c + 1) * n_ctx]
+                    m, lse = log_softmax_rows(lg)
+                    sl = slice(c * rows, (c + 1) * rows)
+                    idx = np.arange(rows)
+                    nll[sl] = lse - lg[idx, target]
+                    if writer is not None:
+                        writer.add(lg, m, lse)
+                    if reference is not None:
+                        _kld_rows(lg, lse, target, *reference.chunk(c), out, sl)
+            done = c0 + ns
+            if progress_every and (done // n_seq) % max(1, progress_every // n_seq) == 0:
+                so_far = nll[: done * rows]
+                log.info("[%d/%d chunks] PPL so far %.4f (%.1f s)", done, n_chunk,
+                         math.exp(so_far.mean()), time.perf_counter() - t_start)
+        ok = True
+    finally:
+        if writer is not None:
+            writer.close(ok=ok)
+    out["n_chunks"] = n_chunk
+    out["n_tokens_corpus"] = int(len(tokens))
+    out["seconds"] = time.perf_counter() - t_start
+    out["tokens_sha256"] = sha256_bytes(used.astype("<i4").tobytes())
+    return out
+
+
+def _kld_rows(lg, lse, target, meta, q, out, sl) -> None:
+    scale, lo = meta[:, 0].astype(np.float32), meta[:, 1].astype(np.float32)
+    lp_base = q.astype(np.float32) * scale[:, None] + lo[:, None]
+    lp = lg - lse.astype(np.float32)[:, None]
+    keep = lp_base > -LOG_PROB_FLOOR
+    p_base = np.where(keep, np.exp(lp_base), 0.0)
+    kld = (p_base * (lp_base - lp)).sum(axis=1, dtype=np.float64)
+    idx = np.arange(len(target))
+    lpb_t = lp_base[idx, target].astype(np.float64)
+    out["nll_base"][sl] = -lpb_t
+    out["kld"][sl] = kld
+    out["dp"][sl] = np.exp(lp[idx, target].astype(np.float64)) - np.exp(lpb_t)
+    out["same_top"][sl] = lp_base.argmax(axis=1) == lg.argmax(axis=1)
+
+
+# -- statistics --------------------------------------------------------------------------------
+PERCENTILES = [("max", 1.0), ("p99_9", 0.999), ("p99", 0.99), ("p95", 0.95), ("p90", 0.90),
+               ("median", 0.5), ("p10", 0.10), ("p5", 0.05), ("p1", 0.01), ("p0_1", 0.001), ("min", 0.0)]
+
+
+def _mean_err(x: np.ndarray) -> tuple[float, float]:
+    n = len(x)
+    mean = float(x.mean())
+    err = float(math.sqrt(max(float((x * x).mean()) - mean * mean, 0.0) / (n - 1))) if n > 1 else float("nan")
+    return mean, err
+
+
+def summarize(res: dict) -> dict:
+    """The figures llama-perplexity prints, with their uncertainties."""
+    nll = res["nll"]
+    n = len(nll)
+    mean_nll, err_nll = _mean_err(nll)
+    ppl = math.exp(mean_nll)
+    s = {"n_tokens": n, "n_chunks": res["n_chunks"], "ppl": ppl, "ppl_err": ppl * err_nll,
+         "mean_nll": mean_nll, "mean_nll_err": err_nll}
+    if "kld" not in res:
+        return s
+    nb = res["nll_base"]
+    mean_b, err_b = _mean_err(nb)
+    ppl_b = math.exp(mean_b)
+    d = nb - nll  # ln(PPL(Q)/PPL(base)) per token is nll - nll_base
+    mean_d, err_d = _mean_err(-d)
+    cov = float(np.mean((nll - mean_nll) * (nb - mean_b)))
+    var_q, var_b = float(nll.var()), float(nb.var())
+    cor = cov / math.sqrt(var_q * var_b) if var_q > 0 and var_b > 0 else float("nan")
+    diff_err = math.sqrt(max(ppl**2 * err_nll**2 + ppl_b**2 * err_b**2
+                             - 2 * ppl * ppl_b * cov / (n - 1), 0.0))
+    kld = res["kld"]
+    kld_mean, kld_err = _mean_err(kld)
+    dp = res["dp"]
+    dp_mean, dp_err = _mean_err(dp)
+    rms = math.sqrt(float((dp * dp).mean()))
+    rms_err = float(np.sqrt(((dp * dp) ** 2).mean() - (dp * dp).mean() ** 2) / math.sqrt(n - 1)) / (2 * rms) if rms > 0 else 0.0
+    same = float(res["same_top"].mean())
+    s.update({
+        "ppl_base": ppl_b, "ppl_base_err": ppl_b * err_b, "cor_ln_ppl": cor,
+        "ln_ppl_ratio": mean_d, "ln_ppl_ratio_err": err_d,
+        "ppl_ratio": math.exp(mean_d), "ppl_ratio_err": math.exp(mean_d) * err_d,
+        "ppl_diff": ppl - ppl_b, "ppl_diff_err": diff_err,
+        "kld_mean": kld_mean, "kld_mean_err": kld_err,
+        "dp_mean": dp_mean, "dp_mean_err": dp_err, "dp_rms": rms, "dp_rms_err": rms_err,
+        "same_top": same, "same_top_err": math.sqrt(same * (1 - same) / (n - 1)) if n > 1 else float("nan"),
+    })
+    for name, q in PERCENTILES:
+        s[f"kld_{name}"] = float(np.quantile(kld, q))
+        s[f"dp_{name}"] = float(np.quantile(dp, q))
+    return s
+
+
+def metric_rows(summary: dict, n_ctx: int) -> list[dict]:
+    """Dataset rows for a summary (units: PPL and ratios are pure numbers, KLD in nats, Δp in %)."""
+    from ..dataset import metric_row
+
+    n = summary["n_tokens"]
+    rows = [metric_row("ppl", summary["ppl"], "1", stderr=summary["ppl_err"], n=n, n_ctx=n_ctx, higher_is_better=False)]
+    if "kld_mean" not in summary:
+        return rows
+    R = lambda *a, **k: rows.append(metric_row(*a, n=n, n_ctx=n_ctx, **k))  # noqa: E731
+    R("ppl_base", summary["ppl_base"], "1", stderr=summary["ppl_base_err"], higher_is_better=False)
+    R("ppl_ratio", summary["ppl_ratio"], "1", stderr=summary["ppl_ratio_err"], higher_is_better=False)
+    R("ln_ppl_ratio", summary["ln_ppl_ratio"], "nats", stderr=summary["ln_ppl_ratio_err"], higher_is_better=False)
+    R("ppl_diff", summary["ppl_diff"], "1", stderr=summary["ppl_diff_err"], higher_is_better=False)
+    R("cor_ln_ppl", summary["cor_ln_ppl"], "1", higher_is_better=True)
+    R("kld_mean", summary["kld_mean"], "nats", stderr=summary["kld_mean_err"], higher_is_better=False)
+    for name, _ in PERCENTILES:
+        R(f"kld_{name}", summary[f"kld_{name}"], "nats", higher_is_better=False)
+    R("delta_p_mean", 100 * summary["dp_mean"], "%", stderr=100 * summary["dp_mean_err"], higher_is_better=True)
+    R("delta_p_rms", 100 * summary["dp_rms"], "%", stderr=100 * summary["dp_rms_err"], higher_is_better=False)
+    for name, _ in PERCENTILES:
+        R(f"delta_p_{name}", 100 * summary[f"dp_{name}"], "%")
+    R("same_top_token", 100 * summary["same_top"], "%", stderr=100 * summary["same_top_err"], higher_is_better=True)
+    return rows

@@ -1,0 +1,116 @@
+"""What every per-point rule script shares: its model, its manifest, its anchor status, its outputs.
+
+A measuring script does:
+    pt = points.from_snakemake(snakemake, "bfcl")
+    if pt.blocked: pt.write_metrics(snakemake.output.metrics, []); return   # anchor failed
+    ... measure with pt.model_path / pt.engine_settings(n_ctx=...) ...
+    pt.write_metrics(snakemake.output.metrics, rows, data={"name":..., "version":..., "sha256":...})
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import card as qcard
+from . import manifest as qmanifest
+from .engine import EngineSettings, library_info, parse_kv
+from .errors import QuantladderError
+from .io import read_json, write_json
+
+
+@dataclass
+class Point:
+    config: dict
+    card: str
+    family: str
+    rung: str
+    kv: str
+    benchmark: str
+    model_path: str
+    model_record: dict
+    anchor: dict = field(default_factory=dict)
+    threads: int = 0
+
+    @property
+    def type_k(self) -> str:
+        return parse_kv(self.kv)[0]
+
+    @property
+    def type_v(self) -> str:
+        return parse_kv(self.kv)[1]
+
+    @property
+    def blocked(self) -> bool:
+        return self.anchor.get("status") == "failed"
+
+    @property
+    def status(self) -> tuple[str, str | None]:
+        st = self.anchor.get("status")
+        if st == "failed":
+            return "blocked", self.anchor.get("reason")
+        if st == "unanchored" or not st:
+            return "unanchored", self.anchor.get("reason") or "no anchor gate ran for this benchmark"
+        return "ok", None
+
+    def engine_settings(self, n_ctx: int, **kw) -> EngineSettings:
+        return EngineSettings(n_ctx=n_ctx, kv=self.kv, n_gpu_layers=self.config.get("gpu_layers", 0),
+                              n_threads=self.threads, flash_attn=self.config.get("flash_attn"), **kw)
+
+    def model_info(self) -> dict:
+        info = self.model_record.get("info", {})
+        return {
+            "path": self.model_path,
+            "sha256": self.model_record.get("sha256"),
+            "file_bytes": info.get("file_bytes"),
+            "tensor_bytes": info.get("tensor_bytes"),
+            "n_params": info.get("n_params"),
+            "bits_per_weight": info.get("bits_per_weight"),
+            "file_type": info.get("file_type"),
+            "architecture": info.get("architecture"),
+            "tensor_types": info.get("tensor_types"),
+            "quantize_method": self.model_record.get("method"),
+            "reference_derived_from": self.model_record.get("reference_derived_from"),
+        }
+
+    def manifest(self, *, data: dict | None = None, engine: dict | None = None, card_identity: dict | None = None) -> dict:
+        ident = card_identity or qcard.check_same_card(self.card, self.config.get("card"))
+        return qmanifest.build(
+            self.config, self.card, self.family, self.rung, self.kv, self.benchmark,
+            model_info=self.model_info(), card_identity=ident, library=library_info(),
+            data=data, engine=engine,
+        )
+
+    def write_metrics(self, path: str | os.PathLike, rows: list[dict], *, data: dict | None = None,
+                      engine: dict | None = None, incomplete: bool = False, extra: dict | None = None,
+                      status: str | None = None, status_reason: str | None = None) -> dict:
+        """Write metrics.json (with the manifest inside) and manifest.json beside it, atomically."""
+        st, reason = self.status
+        if status:
+            st, reason = status, status_reason
+        man = self.manifest(data=data, engine=engine)
+        doc = {"benchmark": self.benchmark, "status": st, "status_reason": reason,
+               "incomplete": incomplete, "rows": rows, "manifest": man, **(extra or {})}
+        write_json(Path(path).with_name("manifest.json"), man)
+        write_json(path, doc)
+        return doc
+
+
+def from_snakemake(smk, benchmark: str) -> Point:
+    """Build the Point from a rule's snakemake object.
+
+    Expects input.gguf (+ input.info, the rung's sidecar JSON) and, optionally, input.anchor.
+    """
+    w = smk.wildcards
+    inp = smk.input
+    try:
+        record = read_json(inp.info)
+    except (AttributeError, FileNotFoundError) as e:
+        raise QuantladderError(f"rule {smk.rule}: needs input.info (the rung's .gguf.json)") from e
+    anchor = {}
+    if hasattr(inp, "anchor") and inp.anchor:
+        anchor = read_json(inp.anchor)
+    threads = smk.config.get("threads") or smk.threads
+    return Point(config=smk.config, card=w.card, family=w.family, rung=w.rung, kv=w.kv, benchmark=benchmark,
+                 model_path=str(inp.gguf), model_record=record, anchor=anchor, threads=int(threads))
