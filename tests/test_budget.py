@@ -1,0 +1,168 @@
+"""No job outlives its budget: the deadline arithmetic, and a real Snakemake job given a tiny
+runtime that stops itself, keeps its finished items, fails with a clear line, and resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from quantladder import budget
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+
+class FakeClock:
+    def __init__(self, t=1000.0):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+
+def test_parse_slurm_duration():
+    assert budget.parse_slurm_duration("5:00") == 300
+    assert budget.parse_slurm_duration("1:02:03") == 3723
+    assert budget.parse_slurm_duration("2-00:00:10") == 2 * 86400 + 10
+    assert budget.parse_slurm_duration("UNLIMITED") is None
+    assert budget.parse_slurm_duration("INVALID") is None
+
+
+def test_margin_scales_with_budget():
+    assert budget.margin_for(60) == 30  # half of a tiny budget at most
+    assert budget.margin_for(600) == 60  # at least a minute
+    assert budget.margin_for(10 * 3600) == 1800  # 5 % of a long one
+
+
+def test_deadline_takes_the_earliest_source():
+    env = {"SLURM_JOB_ID": "7"}
+    dl, src = budget.deadline_from(60, start=0.0, env=env, now=0.0, slurm_left_s=600)
+    assert src.startswith("slurm job 7") and dl == 600 - 60
+    dl, src = budget.deadline_from(5, start=0.0, env=env, now=0.0, slurm_left_s=3600)
+    assert src == "runtime 5 min" and dl == 300 - 60
+    assert budget.deadline_from(None, env={}, slurm_left_s=None) == (None, "no runtime resource")
+    assert budget.deadline_from(5, env={"QUANTLADDER_BUDGET": "off"})[0] is None
+
+
+def test_expired_accounts_for_the_next_item():
+    clock = FakeClock()
+    bud = budget.Budget(clock.t + 100, source="test", clock=clock)
+    assert not bud.expired()
+    with bud.item():
+        clock.t += 39  # one slow item: the next needs 58.5 s and 61 s are left
+    assert not bud.expired()
+    clock.t += 3
+    assert bud.expired()
+    with pytest.raises(budget.BudgetReached, match=r"3/9 items done, resumable"):
+        bud.check(done=3, total=9)
+    assert not budget.Budget(None).expired()
+
+
+def test_resumable_jsonl_drops_a_torn_tail(tmp_path):
+    out = budget.ResumableJsonl(tmp_path / "g.jsonl")
+    out.append({"item_id": "a", "text": "x"})
+    with open(out.partial, "a") as f:
+        f.write('{"item_id": "b", "te')  # a job killed mid-write
+    again = budget.ResumableJsonl(tmp_path / "g.jsonl")
+    assert again.done == {"a"}
+    again.append({"item_id": "b", "text": "y"})
+    assert [json.loads(ln)["item_id"] for ln in again.partial.read_text().splitlines()] == ["a", "b"]
+    assert again.finish() == tmp_path / "g.jsonl" and not again.partial.exists()
+
+
+def test_run_items_stops_and_resumes(tmp_path):
+    clock = FakeClock()
+    items = [{"item_id": i} for i in range(10)]
+
+    def produce(it):
+        clock.t += 10
+        return {"item_id": it["item_id"], "sq": it["item_id"] ** 2}
+
+    out = budget.ResumableJsonl(tmp_path / "g.jsonl")
+    with pytest.raises(budget.BudgetReached, match="/10 items done"):
+        budget.run_items(items, produce, out, budget.Budget(clock.t + 50, clock=clock))
+    assert 0 < out.count < 10 and not (tmp_path / "g.jsonl").exists()
+    done_first = out.count
+    out2 = budget.ResumableJsonl(tmp_path / "g.jsonl")
+    assert out2.count == done_first
+    recs = budget.run_items(items, produce, out2, budget.Budget(clock.t + 1000, clock=clock))
+    assert [r["item_id"] for r in recs] == list(range(10))
+    assert (tmp_path / "g.jsonl").exists()
+
+
+SNAKEFILE = """
+import sys
+sys.path.insert(0, {workflow_dir!r})
+
+rule all:
+    input: "out/generations.jsonl"
+
+rule generate:
+    output: "out/generations.jsonl"
+    resources: runtime=1
+    log: "logs/generate.log"
+    script: "gen.py"
+"""
+
+SCRIPT = """
+import sys, time
+sys.path.insert(0, {workflow_dir!r})
+from quantladder import budget
+sys.stderr = open(snakemake.log[0], "a", buffering=1)
+bud = budget.from_snakemake(snakemake)
+print("budget", repr(bud), file=sys.stderr)
+out = budget.ResumableJsonl(snakemake.output[0])
+items = [{{"item_id": i}} for i in range({n_items})]
+
+def produce(it):
+    time.sleep({item_s})
+    return {{"item_id": it["item_id"], "pid": __import__("os").getpid()}}
+
+try:
+    budget.run_items(items, produce, out, bud)
+except budget.BudgetReached as e:
+    print(e, file=sys.stderr)
+    sys.exit(e.exit_code)
+"""
+
+
+def test_snakemake_job_with_tiny_runtime_stops_and_resumes(tmp_path):
+    """A real Snakemake job with runtime=1 (minute): it stops itself well before 60 s, the items it
+    finished stay on disk, Snakemake sees a failed job (output missing), and the next plain
+    `snakemake` run resumes from the kept items instead of starting over."""
+    n_items, item_s = 20, 2.0
+    (tmp_path / "Snakefile").write_text(SNAKEFILE.format(workflow_dir=str(REPO / "workflow")))
+    (tmp_path / "gen.py").write_text(SCRIPT.format(workflow_dir=str(REPO / "workflow"),
+                                                   n_items=n_items, item_s=item_s))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "QUANTLADDER_"))}
+    cmd = [SNAKEMAKE, "--cores", "1", "--directory", str(tmp_path), "--snakefile",
+           str(tmp_path / "Snakefile")]
+
+    t0 = time.monotonic()
+    first = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    first_s = time.monotonic() - t0
+    log = (tmp_path / "logs" / "generate.log").read_text()
+    assert first.returncode != 0, first.stdout + first.stderr
+    assert first_s < 60, f"the job outlived its 1-minute budget ({first_s:.0f} s)"
+    assert "budget reached" in log and "resumable" in log, log
+    assert not (tmp_path / "out" / "generations.jsonl").exists()
+    partial = tmp_path / "out" / "generations.jsonl.partial"
+    kept = [json.loads(ln) for ln in partial.read_text().splitlines()]
+    assert 5 <= len(kept) < n_items, len(kept)
+    assert [r["item_id"] for r in kept] == list(range(len(kept)))
+
+    second = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    assert second.returncode == 0, second.stdout + second.stderr
+    final = [json.loads(ln) for ln in (tmp_path / "out" / "generations.jsonl").read_text().splitlines()]
+    assert [r["item_id"] for r in final] == list(range(n_items))
+    # Resumed, not redone: the first run's items keep the first run's process id.
+    assert final[: len(kept)] == kept
+    assert {r["pid"] for r in final[len(kept):]}.isdisjoint({r["pid"] for r in kept})
+    assert not partial.exists()

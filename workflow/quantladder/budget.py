@@ -1,0 +1,275 @@
+"""No job outlives its budget: a deadline for the running job, checked between items.
+
+The seed lost ~18 hours to jobs hung past their limit. A generation or measurement loop here
+asks ``budget.expired()`` before each item; when the next item would not finish before the
+deadline (minus a safety margin), it stops, keeps what it finished, and the job fails with one
+clear line ("budget reached, N/M items done, resumable"). Failing is what makes the next run
+resume by itself: Snakemake reruns a job whose outputs are missing, whereas a job that "succeeded"
+with partial outputs would never be rerun. So the per-item results must live in a file that is
+NOT a declared output (Snakemake deletes a failed job's outputs, and every output before a job
+starts): ``ResumableJsonl`` appends to ``<output>.partial`` and renames it into the output only
+when every item is done.
+
+Where the deadline comes from (the earliest wins):
+- the job's ``runtime`` resource (minutes), counted from the job's start. Snakemake hands it to
+  scripts as ``snakemake.resources.runtime``; the Slurm executor turns the same value into
+  ``--time``, so the two agree.
+- under Slurm, the scheduler's own word: ``squeue -j $SLURM_JOB_ID -o %L`` (time left). Slurm 22.05
+  exports no end time to the job, so it is asked once, when the budget is made.
+- ``QUANTLADDER_DEADLINE`` (epoch seconds), for wrappers that know better.
+``QUANTLADDER_BUDGET=off`` turns the budget off (an interactive debugging run).
+
+Typical use in a rule script::
+
+    bud = budget.from_snakemake(snakemake)
+    out = budget.ResumableJsonl(snakemake.output.generations)
+    for item in items:
+        if out.has(item.id):
+            continue
+        bud.check(done=out.count, total=len(items))      # raises BudgetReached when out of time
+        with bud.item():
+            out.append({"item_id": item.id, ...})
+    out.finish()                                          # .partial -> output, atomically
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterator, Mapping
+
+from .errors import QuantladderError
+
+log = logging.getLogger("quantladder.budget")
+
+# The margin keeps time for flushing, writing metrics and Snakemake's own bookkeeping after the
+# loop: a share of the budget, at least MIN_MARGIN_S, never more than MAX_MARGIN_SHARE of it.
+MARGIN_SHARE = 0.05
+MIN_MARGIN_S = 60.0
+MAX_MARGIN_SHARE = 0.5
+# The next item is assumed to take as long as the slowest one so far, times this.
+ITEM_SAFETY = 1.5
+
+
+class BudgetReached(QuantladderError):
+    """The job stopped itself before its deadline; what it finished is kept and a rerun resumes."""
+
+    exit_code = 75  # EX_TEMPFAIL: try again later
+
+
+def _process_start_time() -> float:
+    """When this process started (epoch seconds), from /proc; now, where /proc is absent."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        start_ticks = int(fields[19])  # field 22 of stat, counted after the ")"
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return time.time() - uptime + start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.time()
+
+
+_SLURM_TIME = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)$")
+
+
+def parse_slurm_duration(text: str) -> float | None:
+    """Seconds in a Slurm duration ('[days-][hours:]minutes:seconds'); None for UNLIMITED/blank."""
+    text = text.strip()
+    m = _SLURM_TIME.match(text)
+    if not m:
+        return None
+    days, hours, minutes, seconds = (int(g) if g else 0 for g in m.groups())
+    return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+
+
+def slurm_time_left(job_id: str | None = None, timeout: float = 10.0) -> float | None:
+    """Seconds the scheduler gives this job, or None when not under Slurm or not answerable."""
+    job_id = job_id or os.environ.get("SLURM_JOB_ID")
+    if not job_id or not shutil.which("squeue"):
+        return None
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%L"], capture_output=True,
+                             text=True, timeout=timeout, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    return parse_slurm_duration(lines[0]) if lines else None
+
+
+def margin_for(budget_s: float) -> float:
+    return min(max(MARGIN_SHARE * budget_s, MIN_MARGIN_S), MAX_MARGIN_SHARE * budget_s)
+
+
+class Budget:
+    """A deadline (epoch seconds, or None for no limit) and the item timings seen so far."""
+
+    def __init__(self, deadline: float | None, *, source: str = "", clock=time.time):
+        self.deadline = deadline
+        self.source = source
+        self.clock = clock
+        self.slowest_item_s = 0.0
+        self.n_items = 0
+
+    def __repr__(self) -> str:
+        if self.deadline is None:
+            return "Budget(unlimited)"
+        return f"Budget({self.remaining():.0f} s left, from {self.source})"
+
+    def remaining(self) -> float:
+        return float("inf") if self.deadline is None else self.deadline - self.clock()
+
+    def expired(self, next_item_s: float | None = None) -> bool:
+        """True when the next item would not finish before the deadline."""
+        if self.deadline is None:
+            return False
+        need = self.slowest_item_s * ITEM_SAFETY if next_item_s is None else next_item_s
+        return self.clock() + need >= self.deadline
+
+    @contextlib.contextmanager
+    def item(self) -> Iterator[None]:
+        """Time one item, so that ``expired()`` can tell whether the next one still fits."""
+        t0 = self.clock()
+        yield
+        self.slowest_item_s = max(self.slowest_item_s, self.clock() - t0)
+        self.n_items += 1
+
+    def check(self, done: int, total: int, what: str = "items") -> None:
+        """Raise BudgetReached (after the caller's appends are on disk) when out of time."""
+        if self.expired():
+            raise BudgetReached(
+                f"budget reached ({self.source}), {done}/{total} {what} done, resumable: "
+                "what finished is kept, and the next snakemake run resumes this job from it"
+            )
+
+
+def deadline_from(runtime_min: float | None = None, *, start: float | None = None,
+                  env: Mapping[str, str] | None = None, now: float | None = None,
+                  slurm_left_s: float | None | bool = True) -> tuple[float | None, str]:
+    """The job's deadline (already less the safety margin) and where it came from.
+
+    ``slurm_left_s``: True asks squeue when under Slurm; a number is used as given; None/False
+    skips it.
+    """
+    env = os.environ if env is None else env
+    now = time.time() if now is None else now
+    if env.get("QUANTLADDER_BUDGET", "").lower() in ("off", "0", "false", "no"):
+        return None, "QUANTLADDER_BUDGET=off"
+    candidates: list[tuple[float, str]] = []
+    if runtime_min:
+        start = _process_start_time() if start is None else start
+        total = float(runtime_min) * 60.0
+        candidates.append((start + total - margin_for(total), f"runtime {runtime_min:g} min"))
+    if slurm_left_s is True:
+        slurm_left_s = slurm_time_left() if env.get("SLURM_JOB_ID") else None
+    if slurm_left_s:
+        candidates.append((now + slurm_left_s - margin_for(slurm_left_s),
+                           f"slurm job {env.get('SLURM_JOB_ID', '?')} time left {slurm_left_s:.0f} s"))
+    if env.get("QUANTLADDER_DEADLINE"):
+        dl = float(env["QUANTLADDER_DEADLINE"])
+        candidates.append((dl - margin_for(max(dl - now, 0.0)), "QUANTLADDER_DEADLINE"))
+    if not candidates:
+        return None, "no runtime resource"
+    return min(candidates)
+
+
+def from_snakemake(smk, **kw) -> Budget:
+    """The budget of the rule job running this script (its ``runtime`` resource, Slurm's limit)."""
+    runtime = getattr(smk.resources, "runtime", None) if getattr(smk, "resources", None) else None
+    try:
+        runtime = float(runtime) if runtime not in (None, "") else None
+    except (TypeError, ValueError):
+        runtime = None
+    deadline, source = deadline_from(runtime, **kw)
+    bud = Budget(deadline, source=source)
+    log.info("job budget: %r", bud)
+    return bud
+
+
+def from_runtime(runtime_min: float | None, **kw) -> Budget:
+    deadline, source = deadline_from(runtime_min, **kw)
+    return Budget(deadline, source=source)
+
+
+class ResumableJsonl:
+    """Per-item records kept in ``<path>.partial`` until every item is done, then renamed to ``path``.
+
+    The partial file is not a Snakemake output, so it survives a failed or killed job and the
+    next run continues from it; a torn last line (a job killed mid-write) is dropped.
+    """
+
+    def __init__(self, path: str | os.PathLike, key: str = "item_id"):
+        self.path = Path(path)
+        self.partial = self.path.with_name(self.path.name + ".partial")
+        self.key = key
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.records: list[dict] = []
+        if self.partial.exists():
+            self._load()
+        self.done = {r[key] for r in self.records}
+        if self.records:
+            log.info("resuming %s: %d items already done", self.partial, len(self.records))
+
+    def _load(self) -> None:
+        good = 0
+        with open(self.partial, "rb") as f:
+            for line in f:
+                if not line.endswith(b"\n"):
+                    break
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    break
+                self.records.append(rec)
+                good += len(line)
+        # Cut a torn tail so that the next append starts on a fresh line.
+        if good != self.partial.stat().st_size:
+            with open(self.partial, "r+b") as f:
+                f.truncate(good)
+
+    @property
+    def count(self) -> int:
+        return len(self.records)
+
+    def has(self, item_id) -> bool:
+        return item_id in self.done
+
+    def append(self, record: dict) -> None:
+        with open(self.partial, "a") as f:
+            f.write(json.dumps(record, sort_keys=True, default=str) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self.records.append(record)
+        self.done.add(record[self.key])
+
+    def finish(self) -> Path:
+        """Every item done: the partial file becomes the output (an empty run makes an empty file)."""
+        if not self.partial.exists():
+            self.partial.touch()
+        os.replace(self.partial, self.path)
+        return self.path
+
+
+def run_items(items, produce, out: ResumableJsonl, budget: Budget, *, key=lambda it: it["item_id"],
+              what: str = "items") -> list[dict]:
+    """The resumable loop: skip done items, produce the rest until the budget runs out.
+
+    ``produce(item) -> dict`` makes one record (it must carry ``out.key``). Returns every record
+    once all are done (and renames the partial file into place); raises BudgetReached otherwise.
+    """
+    items = list(items)
+    for it in items:
+        if out.has(key(it)):
+            continue
+        budget.check(done=out.count, total=len(items), what=what)
+        with budget.item():
+            out.append(produce(it))
+    out.finish()
+    return out.records
