@@ -1,0 +1,164 @@
+"""Portable resources sized from the point: a 70B rung asks for more memory and time than a 1B one.
+
+Rules call these from ``resources:`` (they return Snakemake resource callables)::
+
+    resources:
+        mem_mb=qres.mem_mb("inference", n_ctx=config["measures"]["perplexity"]["n_ctx"]),
+        runtime=qres.runtime_min("perplexity", config),
+
+Each callable reads the job's model from its input: the rung's sidecar JSON (``input.info``,
+``GGUFInfo`` as written by the model rules) when present, else the GGUF's file size. Snakemake
+evaluates resource callables when a job is about to run, i.e. after its inputs exist; in a dry
+run, or when an input is missing, the model counts as 0 bytes and the base figures apply.
+A retry (``--retries``) multiplies by the attempt number, so a job killed for memory or time
+asks for more the next time.
+
+Site details (partition, account, gres) are not here: they live in the Slurm profile.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any
+
+MB = 1 << 20
+GB = 1 << 30
+
+# Host memory for loading a model: llama.cpp maps the file (page cache counts toward a job's
+# cgroup), plus compute buffers that grow with context and vocabulary.
+KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32,
+                 "q4_1": 20 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32, "iq4_nl": 18 / 32}
+
+# Memory per kind: (multiple of the model file, fixed headroom MB).
+MEM_KINDS: dict[str, tuple[float, int]] = {
+    "light": (0.0, 1024),          # aggregate, curves, report, corpus
+    "acquire": (0.0, 2048),        # streaming download + hash
+    "dequantize": (6.0, 1024),     # a quantized source blown up to F16/F32 in memory
+    "quantize": (2.0, 1024),       # input mapped + output tensors
+    "inference": (1.15, 1536),     # one model loaded + KV cache + compute buffers
+    "reference_logits": (1.15, 2048),
+    "score": (0.0, 2048),          # sandboxed tests: no model
+}
+
+# Runtime per kind, minutes: base + per GB of model file. Calibrated so that the seed's CPU
+# figures (SmolLM2-135M: perplexity at 350 tok/s) fit with room, and a 40 GB 70B Q4_K_M gets hours.
+RUNTIME_KINDS: dict[str, tuple[float, float]] = {
+    "light": (10, 0),
+    "acquire": (60, 2),
+    "dequantize": (20, 2),
+    "quantize": (20, 3),
+    "reference_logits": (20, 4),
+    "perplexity": (20, 4),
+    "speed": (15, 1),
+    "memory": (10, 0.5),
+    "generate": (30, 8),      # benchmark generation (HumanEval, BFCL, RULER prompts)
+    "long_context": (30, 15),  # RULER at 32K-128K: prompt processing dominates
+    "score": (30, 0),
+}
+
+MAX_RUNTIME_MIN = 7 * 24 * 60
+
+
+def _info(input: Any) -> dict:
+    path = _get(input, "info")
+    if path:
+        try:
+            with open(str(path)) as f:
+                doc = json.load(f)
+            return doc.get("info", doc)
+        except (OSError, ValueError):
+            pass
+    return {}
+
+
+def _get(input: Any, name: str):
+    try:
+        return getattr(input, name)
+    except AttributeError:
+        try:
+            return input[name]
+        except (KeyError, TypeError, IndexError):
+            return None
+
+
+def model_bytes(input: Any) -> int:
+    """Bytes of the job's model: the sidecar's ``file_bytes``, else input.gguf's size, else 0."""
+    info = _info(input)
+    if info.get("file_bytes"):
+        return int(info["file_bytes"])
+    gguf = _get(input, "gguf")
+    paths = [gguf] if isinstance(gguf, (str, os.PathLike)) else list(gguf or [])
+    total = 0
+    for p in paths:
+        try:
+            total += os.path.getsize(str(p))
+        except OSError:
+            pass
+    return total
+
+
+def kv_cache_bytes(info: dict, n_ctx: int, kv: str = "f16") -> int:
+    """Predicted KV-cache bytes at ``n_ctx`` (0 when the model's shape is unknown)."""
+    k, _, v = kv.partition("-")
+    v = v or k
+    per_token = info.get("n_head_kv", 0) * (
+        info.get("head_dim_k", 0) * KV_TYPE_BYTES.get(k, 2.0)
+        + info.get("head_dim_v", 0) * KV_TYPE_BYTES.get(v, 2.0))
+    return int(info.get("n_layer", 0) * n_ctx * per_token)
+
+
+def estimate_mem_mb(kind: str, file_bytes: int, *, info: dict | None = None, n_ctx: int | None = None,
+                    kv: str = "f16", attempt: int = 1, overhead_mb: int | None = None) -> int:
+    factor, headroom = MEM_KINDS[kind]
+    if overhead_mb is not None:
+        headroom = overhead_mb
+    need = file_bytes * factor
+    if n_ctx and info:
+        need += kv_cache_bytes(info, n_ctx, kv)
+        # logits/compute buffers: vocabulary × batch rows of f32, bounded by context
+        need += 4 * info.get("n_vocab", 0) * min(n_ctx, 512)
+    mb = need / MB + headroom
+    return int(math.ceil(mb * max(1, attempt) / 256.0) * 256)  # round up to 256 MB
+
+
+def estimate_runtime_min(kind: str, file_bytes: int, *, attempt: int = 1, scale: float = 1.0,
+                         minimum: float | None = None) -> int:
+    base, per_gb = RUNTIME_KINDS[kind]
+    minutes = (base + per_gb * file_bytes / GB * scale) * max(1, attempt)
+    if minimum:
+        minutes = max(minutes, minimum)
+    return int(min(math.ceil(minutes), MAX_RUNTIME_MIN))
+
+
+def mem_mb(kind: str = "inference", *, n_ctx: int | None = None, overhead_mb: int | None = None):
+    """A ``mem_mb`` resource callable: model file × factor + KV cache at ``n_ctx`` + headroom."""
+    if kind not in MEM_KINDS:
+        raise ValueError(f"unknown memory kind {kind!r}; known: {sorted(MEM_KINDS)}")
+
+    def _mem_mb(wildcards, input, attempt):
+        kv = getattr(wildcards, "kv", None) or "f16"
+        return estimate_mem_mb(kind, model_bytes(input), info=_info(input), n_ctx=n_ctx, kv=kv,
+                               attempt=attempt, overhead_mb=overhead_mb)
+
+    _mem_mb.__name__ = f"mem_mb_{kind}"
+    return _mem_mb
+
+
+def runtime_min(kind: str, config: dict | None = None, *, rule: str | None = None, scale: float = 1.0):
+    """A ``runtime`` resource callable (minutes): base + per GB of model, per kind.
+
+    ``config["resources"]["runtime_min"][rule or kind]`` is a floor a site can raise without
+    editing rules (a slow partition, a big corpus).
+    """
+    if kind not in RUNTIME_KINDS:
+        raise ValueError(f"unknown runtime kind {kind!r}; known: {sorted(RUNTIME_KINDS)}")
+    floors = ((config or {}).get("resources") or {}).get("runtime_min") or {}
+    floor = floors.get(rule or kind, floors.get(kind))
+
+    def _runtime(wildcards, input, attempt):
+        return estimate_runtime_min(kind, model_bytes(input), attempt=attempt, scale=scale, minimum=floor)
+
+    _runtime.__name__ = f"runtime_{kind}"
+    return _runtime
