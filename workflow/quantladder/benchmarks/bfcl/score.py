@@ -1,0 +1,118 @@
+"""Per-item verdicts and BFCL's aggregates, from saved generations only (scoring never generates).
+
+Aggregates (BFCL v4's leaderboard definitions):
+- non_live: unweighted mean of simple, multiple, parallel, parallel_multiple, where simple is the
+  unweighted mean of simple_python, simple_java, simple_javascript;
+- live: accuracy over all live AST items together (sample-weighted);
+- irrelevance (hallucination measure): mean of irrelevance and live_irrelevance; relevance: live_relevance;
+- multi_turn: unweighted mean of its four categories.
+An aggregate is reported only when every category it needs ran; the leaderboard's overall also
+needs the agentic categories (web search, memory), which need outside services, so it is never
+reported here: the parts stand as sub-scores.
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import checker, parse
+from .data import LIVE, NO_ANSWER
+from .prompts import language_of
+
+SCORER_VERSION = "bfcl-ast-1"
+
+
+def verdict(item: dict, text: str) -> dict:
+    """One single-turn item's verdict: correct, BFCL error type, whether the output failed to parse."""
+    cat = item["category"]
+    if cat in NO_ANSWER:
+        # (Ir)relevance reads the output as Python calls whatever the category's language.
+        try:
+            decoded = parse.decode(text, "python")
+            no_call = checker.has_no_call(decoded)
+            parse_failed = False
+        except parse.DecodeError:
+            no_call, parse_failed = True, True
+        if "irrelevance" in cat:
+            ok = no_call
+            err = None if ok else "irrelevance_error:decoder_success"
+        else:
+            ok = not no_call
+            err = None if ok else "relevance_error:decoder_failed"
+        # A parse failure is the expected outcome of an irrelevance item, not a failure to follow format.
+        return {"correct": ok, "error_type": err, "parse_failed": parse_failed and "irrelevance" not in cat}
+    lang = language_of(cat)
+    try:
+        decoded = parse.decode(text, lang)
+    except parse.DecodeError as e:
+        return {"correct": False, "error_type": "ast_decoder:decoder_failed", "parse_failed": True, "detail": str(e)}
+    if not checker.is_call_list(decoded):
+        return {"correct": False, "error_type": "ast_decoder:decoder_wrong_output_format", "parse_failed": True}
+    res = checker.check_calls(item["function"], decoded, item["ground_truth"], cat, lang)
+    out = {"correct": bool(res["valid"]), "error_type": None if res["valid"] else res["error_type"],
+           "parse_failed": False}
+    if not res["valid"]:
+        out["detail"] = "; ".join(map(str, res["error"]))[:500]
+    return out
+
+
+def _acc(vs: list[dict]) -> tuple[float, float, int]:
+    n = len(vs)
+    if n == 0:
+        return float("nan"), float("nan"), 0
+    p = sum(1 for v in vs if v["correct"]) / n
+    return 100 * p, 100 * math.sqrt(p * (1 - p) / n), n
+
+
+def _mean(parts: list[tuple[float, float, int]]) -> tuple[float, float, int]:
+    """Unweighted mean of accuracies; its standard error from the parts' (independent samples)."""
+    k = len(parts)
+    v = sum(p[0] for p in parts) / k
+    se = math.sqrt(sum(p[1] ** 2 for p in parts)) / k
+    return v, se, sum(p[2] for p in parts)
+
+
+def metric_rows(verdicts: list[dict], categories: list[str]) -> list[dict]:
+    """Per-category accuracy, BFCL's aggregates where complete, parse failures and loops."""
+    from ...dataset import metric_row
+
+    by_cat: dict[str, list[dict]] = {c: [] for c in categories}
+    for v in verdicts:
+        by_cat.setdefault(v["subset"], []).append(v)
+    acc = {c: _acc(vs) for c, vs in by_cat.items() if vs}
+    rows = [metric_row("accuracy", a[0], "%", stderr=a[1], n=a[2], subset=c, higher_is_better=True)
+            for c, a in acc.items()]
+
+    def have(*cats):
+        return all(c in acc for c in cats)
+
+    aggs = {}
+    if have("simple_python", "simple_java", "simple_javascript"):
+        aggs["simple"] = _mean([acc["simple_python"], acc["simple_java"], acc["simple_javascript"]])
+    if "simple" in aggs and have("multiple", "parallel", "parallel_multiple"):
+        aggs["non_live"] = _mean([aggs["simple"], acc["multiple"], acc["parallel"], acc["parallel_multiple"]])
+    live_ast = [c for c in LIVE if c not in NO_ANSWER]
+    if have(*live_ast):
+        aggs["live"] = _acc([v for c in live_ast for v in by_cat[c]])
+    if have("irrelevance", "live_irrelevance"):
+        aggs["irrelevance"] = _mean([acc["irrelevance"], acc["live_irrelevance"]])
+    if have("live_relevance"):
+        aggs["relevance"] = acc["live_relevance"]
+    if have("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context"):
+        aggs["multi_turn"] = _mean([acc[c] for c in ("multi_turn_base", "multi_turn_miss_func",
+                                                     "multi_turn_miss_param", "multi_turn_long_context")])
+    for name, a in aggs.items():
+        rows.append(metric_row("accuracy", a[0], "%", stderr=a[1], n=a[2], subset=name, higher_is_better=True))
+
+    n = len(verdicts)
+    if n:
+        pf = sum(1 for v in verdicts if v.get("parse_failed"))
+        p = pf / n
+        rows.append(metric_row("parse_failure_rate", 100 * p, "%", stderr=100 * math.sqrt(p * (1 - p) / n), n=n,
+                               higher_is_better=False))
+        rows.append(metric_row("degenerate_loops", sum(1 for v in verdicts if v.get("degenerate")), "1", n=n,
+                               higher_is_better=False))
+        ov = _acc(verdicts)
+        rows.append(metric_row("accuracy_items_run", ov[0], "%", stderr=ov[1], n=ov[2], subset="items_run",
+                               higher_is_better=True))
+    return rows
