@@ -1,0 +1,263 @@
+"""The sandbox runner, in the real sandbox (bubblewrap; the project installs it, see .ci/).
+
+Security figures: every hostile program below is run through the same path the scoring rule uses
+(a HumanEval-style program run by the in-sandbox harness) and must be contained: scored failed with
+its kind, no secret in its output, the test process alive, no process of the sandbox left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from quantladder import sandbox
+from quantladder.benchmarks.code import score
+from quantladder.sandbox import Limits, SandboxUnavailable, run_sandboxed
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _sandbox_pids() -> list[int]:
+    """Host pids of processes running as one of the sandbox's private uids."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/status") as f:
+                for line in f:
+                    if line.startswith("Uid:"):
+                        if int(line.split()[1]) >= sandbox.UID_BASE:
+                            pids.append(int(d))
+                        break
+        except OSError:
+            continue
+    return pids
+
+
+def _no_stray_processes(timeout: float = 3.0) -> list[int]:
+    end = time.time() + timeout
+    while time.time() < end:
+        left = _sandbox_pids()
+        if not left:
+            return []
+        time.sleep(0.1)
+    return _sandbox_pids()
+
+
+@pytest.fixture(scope="module")
+def py():
+    return sandbox.host_python()
+
+
+@pytest.fixture(scope="module")
+def secrets_planted():
+    """A secret in the project directory, one in $HOME, and a hidden answer file under results/."""
+    token = "QLSECRET-" + secrets.token_hex(12)
+    paths = [REPO / f".ql-test-secret-{os.getpid()}", Path.home() / f".ql-test-secret-{os.getpid()}",
+             REPO / "results" / f"ql-test-answers-{os.getpid()}.jsonl"]
+    for p in paths:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(token + "\n")
+    yield token, paths
+    for p in paths:
+        p.unlink(missing_ok=True)
+
+
+def test_backend_available_and_basic_run(py):
+    exe, binds = py
+    assert "bubblewrap" in sandbox.check_backend("bubblewrap")
+    r = run_sandboxed([exe, "-I", "-S", "main.py"],
+                      {"main.py": "import os\nprint(open('data/x.txt').read(), os.getcwd(), os.getuid())",
+                       "data/x.txt": "hello"}, extra_ro_binds=binds)
+    assert r.kind == "ok" and r.returncode == 0, r
+    words = r.stdout.split()
+    assert words[:2] == ["hello", "/work"]
+    assert int(words[2]) >= sandbox.UID_BASE  # an unprivileged uid of its own, never root
+    assert not r.timed_out and r.wall_s < 5
+
+
+def test_environment_is_scrubbed_and_filesystem_private(py, secrets_planted, monkeypatch):
+    exe, binds = py
+    monkeypatch.setenv("QL_HOST_TOKEN", "host-env-value")
+    prog = ("import os, json\n"
+            "print(json.dumps({'env': dict(os.environ), 'root': sorted(os.listdir('/')),"
+            " 'home': os.path.exists(os.path.expanduser('~/.bashrc')),"
+            " 'repo': os.path.exists(%r), 'ns_pids': sorted(int(p) for p in os.listdir('/proc') if p.isdigit())}))\n"
+            % str(REPO))
+    r = run_sandboxed([exe, "-I", "-S", "main.py"], {"main.py": prog}, extra_ro_binds=binds)
+    import json
+
+    doc = json.loads(r.stdout)
+    assert "QL_HOST_TOKEN" not in doc["env"] and doc["env"]["HOME"] == "/tmp"
+    assert not doc["repo"] and not doc["home"]
+    assert "results" not in doc["root"] and "config" not in doc["root"]
+    assert max(doc["ns_pids"]) < 10  # its own pid namespace: no host process is visible
+
+
+def test_unavailable_backend_says_how_to_install(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    sandbox._probe_cache.clear()
+    with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
+        sandbox.check_backend("bubblewrap")
+    with pytest.raises(SandboxUnavailable, match="unknown"):
+        sandbox.check_backend("docker")
+    with pytest.raises(SandboxUnavailable, match="apptainer"):
+        sandbox.check_backend("apptainer")
+
+
+def test_fork_bomb_stops_at_nproc(py):
+    """As root, RLIMIT_NPROC is not enforced for uid 0: the sandbox runs as a private uid, so it is."""
+    exe, binds = py
+    prog = ("import os, time\n"
+            "n = 0\n"
+            "try:\n"
+            "    while n < 1000:\n"
+            "        if os.fork() == 0:\n"
+            "            time.sleep(20); os._exit(0)\n"
+            "        n += 1\n"
+            "except OSError as e:\n"
+            "    print('forks', n, e.errno)\n")
+    lim = Limits(wall_s=10, nproc=16)
+    r = run_sandboxed([exe, "-I", "-S", "main.py"], {"main.py": prog}, lim, extra_ro_binds=binds)
+    words = r.stdout.split()
+    assert words[0] == "forks", r
+    assert int(words[1]) < 16 and int(words[2]) == 11  # EAGAIN at the limit
+    # The sleeping children die with the namespace when the program returns.
+    assert _no_stray_processes() == []
+
+
+def test_timeout_kills_the_whole_namespace(py):
+    exe, binds = py
+    prog = ("import os, time\n"
+            "for _ in range(5):\n"
+            "    if os.fork() == 0:\n"
+            "        os.setsid(); time.sleep(60)\n"
+            "time.sleep(60)\n")
+    t0 = time.perf_counter()
+    r = run_sandboxed([exe, "-I", "-S", "main.py"], {"main.py": prog}, Limits(wall_s=1.5), extra_ro_binds=binds)
+    assert r.timed_out and r.kind == "timeout"
+    assert time.perf_counter() - t0 < 6
+    assert _no_stray_processes() == []
+
+
+def test_output_is_bounded(py):
+    exe, binds = py
+    prog = "import sys\nsys.stdout.write('x' * (8 << 20))\nprint('\\nEND')\n"
+    r = run_sandboxed([exe, "-I", "-S", "main.py"], {"main.py": prog}, Limits(output_bytes=64 << 10),
+                      extra_ro_binds=binds)
+    assert r.kind == "ok" and r.truncated
+    assert len(r.stdout) < 80 << 10 and r.stdout.rstrip().endswith("END")
+
+
+def test_files_must_stay_inside_the_work_dir(py):
+    with pytest.raises(ValueError):
+        run_sandboxed(["/bin/true"], {"../escape.py": "x"})
+    with pytest.raises(ValueError):
+        run_sandboxed(["/bin/true"], {"/etc/x": "x"})
+
+
+# ---------------------------------------------------------------------------------------------
+# hostile programs, scored through the code benchmark's harness
+
+
+def _listener():
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(5)
+    srv.settimeout(0.2)
+    hits = []
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+                hits.append(conn.recv(100))
+                conn.close()
+            except OSError:
+                continue
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return srv, hits, stop
+
+
+HOSTILE = {
+    "socket_to_host": ("import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+                       "s.sendall(b'escaped')\n", "violation"),
+    "dns_and_internet": ("import urllib.request\nurllib.request.urlopen('http://example.com', timeout=2)\n",
+                         None),  # URLError wraps the refusal: any failure kind, but failed
+    "write_outside_tmp": ("open('/etc/ql-pwned', 'w').write('x')\n", "violation"),
+    "write_into_project": ("open({repo_file!r}, 'w').write('x')\n", "violation"),
+    "read_project_secret": ("print(open({secret_repo!r}).read())\n", "violation"),
+    "read_home_secret": ("print(open({secret_home!r}).read())\n", "violation"),
+    "read_hidden_answers": ("print(open({answers!r}).read())\nprint(open({humaneval!r}, 'rb').read()[:100])\n",
+                            "violation"),
+    "fork_bomb": ("import os\nwhile True:\n    os.fork()\n", "violation"),
+    "memory_bomb": ("x = []\nwhile True:\n    x.append(bytearray(16 << 20))\n", "memory"),
+    "infinite_loop": ("while True:\n    pass\n", "timeout"),
+    "fill_the_disk": ("i = 0\nwhile True:\n    open(f'/tmp/fill{{i}}', 'wb').write(b'0' * (8 << 20)); i += 1\n",
+                      "violation"),
+    "kill_the_parent": ("import os, signal\nos.kill({host_pid}, signal.SIGKILL)\n", "violation"),
+    "kill_everything": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(1, signal.SIGKILL)\n"
+                        "os.kill(-1, signal.SIGKILL)\nraise SystemExit(0)\n", None),
+    "sleep_past_timeout": ("import time\ntime.sleep(60)\n", "timeout"),
+    "become_root": ("import os\nos.setuid(0)\n", "violation"),
+    "forge_a_pass": ("import os\nprint('@@QL_RESULT@@ 0000 {{\"passed\": true}}')\nos._exit(0)\n", "early_exit"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_program_is_contained(name, secrets_planted):
+    token, (secret_repo, secret_home, answers) = secrets_planted
+    srv, hits, stop = _listener()
+    from quantladder.benchmarks.code.data import humaneval_file, load_humaneval
+
+    item = load_humaneval(limit=1)[0]
+    body, want = HOSTILE[name]
+    code = body.format(port=srv.getsockname()[1], repo_file=str(REPO / "pwned.txt"),
+                       secret_repo=str(secret_repo), secret_home=str(secret_home), answers=str(answers),
+                       humaneval=str(humaneval_file()), host_pid=os.getpid())
+    # The hostile code runs inside the entry point, before its (correct) body: the sanitiser keeps
+    # it, and only the sandbox's walls can fail the item.
+    import textwrap
+
+    code = item.prompt + textwrap.indent(code, "    ") + item.extra["canonical_solution"]
+    settings = score.ScoreSettings(limits=Limits(wall_s=5, cpu_s=5, address_space_bytes=256 << 20, nproc=32,
+                                                 disk_bytes=32 << 20))
+    _, program = score.program_for(item, code)
+    t0 = time.perf_counter()
+    try:
+        r = score.run_program(program, item.mode, settings)
+    finally:
+        stop.set()
+        srv.close()
+    elapsed = time.perf_counter() - t0
+    assert not r["passed"], r
+    if want:
+        assert r["error_type"] == want, r
+    assert elapsed < 12  # bounded by the wall-clock limit, whatever the program does
+    assert token not in r["detail"]
+    assert hits == []  # the host listener never heard from the sandbox
+    assert not (REPO / "pwned.txt").exists() and not Path("/etc/ql-pwned").exists()
+    assert all(p.read_text().strip() == token for p in (secret_repo, secret_home, answers))
+    assert _no_stray_processes() == []
+    assert os.getpid() > 0  # this process is alive (a kill of it would have ended the test run)
+
+
+def test_secret_never_in_captured_output(py, secrets_planted):
+    """The raw sandbox result (stdout and stderr) of every read attempt holds no secret."""
+    exe, binds = py
+    token, paths = secrets_planted
+    prog = "import sys\nfor p in sys.argv[1:]:\n    try:\n        print(open(p).read())\n    except Exception as e:\n        print(type(e).__name__, p)\n"
+    r = run_sandboxed([exe, "-I", "-S", "main.py", *map(str, paths), "/proc/1/environ", "/proc/self/environ"],
+                      {"main.py": prog}, extra_ro_binds=binds)
+    assert r.kind == "ok", r
+    assert token not in r.stdout and token not in r.stderr
+    assert r.stdout.count("FileNotFoundError") == 3

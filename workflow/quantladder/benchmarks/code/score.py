@@ -1,0 +1,157 @@
+"""Scoring for the code suites (scoring-host side): every program runs in the sandbox, never here.
+
+A verdict per item: ``{"item_id", "correct", "error_type", "subset", "degenerate", ...}`` where
+error_type is one of
+
+    syntax        the program does not compile
+    test_failure  a test assertion failed
+    runtime_error another exception escaped (NameError, TypeError, ...)
+    early_exit    the program exited before its tests finished
+    timeout       wall-clock or CPU-time limit
+    memory        address-space limit (MemoryError) or killed for memory
+    violation     the sandbox refused something: network, a write outside the work dir, a full
+                  disk, the process limit, the file-size limit
+    sandbox_error the sandbox itself failed (counted, and reported, as a failure)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import secrets
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Callable, Iterable
+
+from ... import sandbox
+from ...dataset import metric_row
+from .extract import bigcodebench_program, bigcodebench_solution, humaneval_completion, humaneval_program
+
+# Bumped when a change here changes a verdict (Snakemake does not track imported modules).
+SCORER_VERSION = "code-1"
+ERROR_TYPES = ("syntax", "test_failure", "runtime_error", "early_exit", "timeout", "memory", "violation",
+               "sandbox_error")
+_RESULT = re.compile(r"@@QL_RESULT@@ (\S+) (\{.*\})\s*$", re.M)
+
+
+def runner_source() -> str:
+    return resources.files(__package__).joinpath("_runner.py").read_text()
+
+
+@dataclass
+class ScoreSettings:
+    backend: str = "bubblewrap"
+    python: str | None = None  # interpreter inside the sandbox; None: this Python's base interpreter
+    limits: sandbox.Limits = field(default_factory=sandbox.Limits)
+    extra_ro_binds: tuple = ()
+
+    @classmethod
+    def from_config(cls, section: dict) -> "ScoreSettings":
+        sb = section.get("sandbox", {}) or {}
+        timeout = float(section.get("timeout_s", 10.0))
+        lim = sandbox.Limits(
+            wall_s=timeout, cpu_s=max(1, math.ceil(timeout)),
+            address_space_bytes=int(sb.get("address_space_mb", 4096)) << 20,
+            nproc=int(sb.get("nproc", 64)), file_size_bytes=int(sb.get("file_size_mb", 16)) << 20,
+            open_files=int(sb.get("open_files", 256)), output_bytes=int(sb.get("output_kb", 256)) << 10,
+            disk_bytes=int(sb.get("disk_mb", 64)) << 20)
+        return cls(backend=sb.get("backend", "bubblewrap"), python=sb.get("python"), limits=lim,
+                   extra_ro_binds=tuple(sb.get("extra_ro_binds", ())))
+
+
+def program_for(item, code: str) -> tuple[str, str]:
+    """(solution text, the program the sandbox runs) for a reply's extracted code."""
+    if item.mode == "script":
+        completion = humaneval_completion(item.prefix, code, item.entry_point)
+        return completion, humaneval_program(item.prefix, completion, item.test, item.entry_point)
+    solution = bigcodebench_solution(item.prefix, code, item.entry_point)
+    return solution, bigcodebench_program(solution, item.test)
+
+
+def run_program(program: str, mode: str, settings: ScoreSettings, _runner: list = []) -> dict:  # noqa: B006
+    """Run one program in the sandbox; returns {passed, error_type, detail, wall_s, sandbox_kind}."""
+    if not _runner:
+        _runner.append(runner_source())
+    python, binds = sandbox.host_python(settings.python) if not settings.backend.startswith("apptainer") \
+        else (settings.python or "python3", [])
+    nonce = secrets.token_hex(16)
+    files = {"runner.py": _runner[0], "program.py": program, ".nonce": nonce,
+             "job.json": json.dumps({"mode": mode, "program": "program.py"})}
+    flags = ["-I", "-S"] if mode == "script" else ["-I"]  # HumanEval needs the stdlib only
+    res = sandbox.run_sandboxed([python, *flags, "-u", "/work/runner.py"], files, settings.limits,
+                                backend=settings.backend,
+                                extra_ro_binds=list(binds) + list(settings.extra_ro_binds))
+    out = {"passed": False, "error_type": None, "detail": "", "wall_s": round(res.wall_s, 4),
+           "sandbox_kind": res.kind}
+    found = None
+    for m in _RESULT.finditer(res.stdout):
+        if m.group(1) == nonce:
+            found = m
+    if found and not res.timed_out:
+        r = json.loads(found.group(2))
+        out.update(passed=bool(r.get("passed")), error_type=None if r.get("passed") else (r.get("kind") or "runtime_error"),
+                   detail=r.get("detail", ""))
+        return out
+    # No verdict line: the program never let the harness finish (killed, exited, or crashed).
+    if res.kind == "timeout":
+        kind = "timeout"
+    elif res.kind in ("memory", "violation", "sandbox_error"):
+        kind = res.kind
+    elif res.kind == "ok" or res.returncode in (0,):
+        kind = "early_exit"
+    else:
+        kind = "runtime_error"
+    out.update(error_type=kind, detail=(res.detail or res.stderr.strip()[-300:]))
+    return out
+
+
+def score_generations(items: Iterable, generations: list[dict], settings: ScoreSettings, threads: int = 1,
+                      on_verdict: Callable[[dict], None] | None = None, skip: set[str] = frozenset()) -> list[dict]:
+    """Score every generation whose item is known, ``threads`` sandboxes at a time, in item order."""
+    by_id = {it.item_id: it for it in items}
+    todo = [g for g in generations if g["item_id"] in by_id and g["item_id"] not in skip]
+    lock = threading.Lock()
+
+    def one(g):
+        item = by_id[g["item_id"]]
+        _, program = program_for(item, g.get("code", ""))
+        r = run_program(program, item.mode, settings)
+        v = {"item_id": item.item_id, "task_id": item.task_id, "correct": r["passed"], "error_type": r["error_type"],
+             "subset": item.subset, "degenerate": bool(g.get("degenerate")), "detail": r["detail"][:500],
+             "wall_s": r["wall_s"], "sandbox_kind": r["sandbox_kind"]}
+        if on_verdict:
+            with lock:
+                on_verdict(v)
+        return v
+
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as ex:
+        return list(ex.map(one, todo))
+
+
+def _pass_rows(verdicts: list[dict], subset: str | None) -> list[dict]:
+    n = len(verdicts)
+    if not n:
+        return []
+    k = sum(v["correct"] for v in verdicts)
+    p = k / n
+    rows = [metric_row("pass_at_1", 100.0 * p, "%", stderr=100.0 * math.sqrt(p * (1 - p) / n), n=n,
+                       subset=subset, higher_is_better=True),
+            metric_row("degenerate_rate", 100.0 * sum(v["degenerate"] for v in verdicts) / n, "%", n=n,
+                       subset=subset, higher_is_better=False)]
+    for kind in ERROR_TYPES:
+        rows.append(metric_row(f"failed_{kind}", sum(v["error_type"] == kind for v in verdicts), "items", n=n,
+                               subset=subset, higher_is_better=False))
+    return rows
+
+
+def metric_rows(verdicts: list[dict]) -> list[dict]:
+    """pass@1 (greedy: the share of items passed, binomial stderr), failure counts per kind and the
+    degenerate-repetition rate; overall and per subset (BigCodeBench split)."""
+    rows = _pass_rows(verdicts, None)
+    subsets = sorted({v["subset"] for v in verdicts if v.get("subset")})
+    for s in subsets:
+        rows += _pass_rows([v for v in verdicts if v.get("subset") == s], s)
+    return rows

@@ -1,0 +1,555 @@
+"""The one sandbox runner: every rule that executes model-written code goes through here.
+
+The seeds' rule is part of the method: the generation host never runs what the model wrote,
+and where it runs (the scoring host) it runs with no network, a private filesystem, CPU / memory /
+time limits and no view of the hidden answers.
+
+    from quantladder.sandbox import Limits, run_sandboxed, host_python
+    py, binds = host_python()
+    res = run_sandboxed([py, "-I", "-S", "main.py"], {"main.py": "print(1)"}, Limits(wall_s=5),
+                        extra_ro_binds=binds)
+    res.kind   # ok / failed / timeout / memory / violation / sandbox_error
+
+Backends
+--------
+``bubblewrap`` (default; ``apt-get install bubblewrap``). The sandbox gets new network, pid, ipc
+and uts namespaces (so no network at all, only its own processes), read-only binds of the system
+directories (/usr and its merged-/usr links, a few /etc files), a fresh /proc and /dev, and two
+private size-limited tmpfs: /work (the cwd, where ``files`` are copied) and /tmp. Nothing else of
+the host exists inside: not the project directory, results/, config/, $HOME, nor any answer file.
+The environment is cleared. rlimits (address space, CPU seconds, processes, file size, open files)
+are set by ``prlimit`` right before the command runs, as an unprivileged uid:
+
+* as root (the dev machine, CI, cluster scoring nodes run us as root) the sandbox is set up in the
+  host's user namespace and ``setpriv`` drops to a uid of its own (one per concurrent sandbox, from
+  a range no host account uses), with no capabilities, no supplementary groups and no_new_privs.
+  This matters: the kernel does not enforce RLIMIT_NPROC for uid 0, and a uid namespace that maps
+  the sandbox user back onto root (bwrap ``--unshare-user --uid``) still counts as uid 0. With a
+  real unprivileged uid a fork bomb stops at ``Limits.nproc``.
+* as an ordinary user, bwrap makes a user namespace (``--unshare-user``), the process count of the
+  namespace's user is its own, and the same ``prlimit`` applies.
+
+``--die-with-parent`` and a new pid namespace mean that killing bwrap (the wall-clock timeout kills
+its whole process group) kills every process the program started: when the namespace's init dies,
+the kernel kills the rest of the namespace.
+
+``apptainer`` (clusters where unprivileged namespaces go through Apptainer): ``--containall
+--cleanenv --no-home --net --network none`` with the same private /work, the same ``prlimit`` inside
+(the image must provide util-linux and the interpreter). Choose the image with
+``backend="apptainer:/path/image.sif"`` or ``$QUANTLADDER_APPTAINER_IMAGE``.
+
+There is no unsandboxed fallback: when no backend works, :class:`SandboxUnavailable` says how to
+install one.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import re
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Mapping, Sequence
+
+from .errors import QuantladderError
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+BACKENDS = ("bubblewrap", "apptainer")
+
+INSTALL_HELP = (
+    "install a sandbox backend: on Debian/Ubuntu `apt-get install bubblewrap` (the project lists it "
+    "in .ci/system-packages.txt); on a cluster without unprivileged namespaces use Apptainer "
+    "(`apptainer` on PATH, backend 'apptainer:/path/to/image.sif' or $QUANTLADDER_APPTAINER_IMAGE). "
+    "Model-written code is never run outside a sandbox."
+)
+
+# System paths bound read-only. /usr holds the interpreter and libraries on a merged-/usr system;
+# the others are symlinks there (or real dirs on older layouts, bound as they are).
+SYSTEM_RO = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# The few /etc files programs legitimately read (dynamic loader, time zone, TLS roots, fonts,
+# alternatives symlinks). Not passwd/shadow/hosts: a minimal passwd is written instead.
+ETC_RO = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime",
+          "/etc/timezone", "/etc/alternatives", "/etc/ssl/certs", "/etc/ca-certificates",
+          "/etc/fonts", "/etc/mime.types", "/etc/matplotlibrc")
+
+# The sandbox's own uids when we start as root: far above any account or subuid range in use.
+UID_BASE = 3_000_000_000
+_uid_counter = itertools.count()
+_uid_lock = threading.Lock()
+
+SANDBOX_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/tmp",
+    "TMPDIR": "/tmp",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONHASHSEED": "0",
+    "MPLBACKEND": "Agg",
+    "MPLCONFIGDIR": "/tmp/matplotlib",
+    # Numeric libraries start a thread per core; threads count against RLIMIT_NPROC.
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "NUMEXPR_NUM_THREADS": "1",
+    "TF_CPP_MIN_LOG_LEVEL": "3",
+}
+
+
+class SandboxUnavailable(QuantladderError):
+    """No sandbox backend works on this host; the message says how to install one."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    wall_s: float = 10.0  # wall-clock seconds, start-up included; then the whole namespace is killed
+    cpu_s: int = 10  # RLIMIT_CPU per process (SIGXCPU, then SIGKILL)
+    address_space_bytes: int = 4 * GiB  # RLIMIT_AS per process (numpy/pandas need ~1 GiB of mappings)
+    nproc: int = 64  # RLIMIT_NPROC for the sandbox's uid: processes + threads
+    file_size_bytes: int = 16 * MiB  # RLIMIT_FSIZE: largest file a process may write
+    open_files: int = 256  # RLIMIT_NOFILE
+    output_bytes: int = 1 * MiB  # captured per stream (stdout, stderr); the rest is dropped
+    disk_bytes: int = 64 * MiB  # size of each private tmpfs (/work and /tmp)
+
+    def __post_init__(self):
+        for name in ("wall_s", "cpu_s", "address_space_bytes", "nproc", "file_size_bytes",
+                     "open_files", "output_bytes", "disk_bytes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"sandbox Limits.{name} must be positive, got {getattr(self, name)!r}")
+
+
+@dataclass
+class SandboxResult:
+    returncode: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+    wall_s: float
+    kind: str  # ok / failed / timeout / memory / violation / sandbox_error
+    signal: int | None = None  # the signal that ended the program, if one did
+    truncated: bool = False  # some output was dropped (over Limits.output_bytes)
+    backend: str = ""
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.kind == "ok"
+
+
+# ---------------------------------------------------------------------------------------------
+# backend discovery
+
+
+_probe_cache: dict[str, str] = {}
+_probe_lock = threading.Lock()
+
+
+def _parse_backend(backend: str) -> tuple[str, str | None]:
+    name, _, arg = backend.partition(":")
+    if name not in BACKENDS:
+        raise SandboxUnavailable(f"sandbox backend {backend!r} is unknown (use one of {BACKENDS}); "
+                                 + INSTALL_HELP)
+    return name, (arg or None)
+
+
+def check_backend(backend: str = "bubblewrap") -> str:
+    """Make sure the backend can start a sandbox here; returns a one-line description.
+
+    Raises SandboxUnavailable (with install instructions) otherwise. The probe runs a trivial
+    command inside a real sandbox once per process and backend.
+    """
+    with _probe_lock:
+        if backend in _probe_cache:
+            return _probe_cache[backend]
+    name, arg = _parse_backend(backend)
+    if name == "bubblewrap":
+        exe = shutil.which("bwrap")
+        if not exe:
+            raise SandboxUnavailable("bubblewrap (`bwrap`) is not on PATH; " + INSTALL_HELP)
+        if os.geteuid() == 0:
+            for tool in ("setpriv", "prlimit"):
+                if not os.path.exists(f"/usr/bin/{tool}"):
+                    raise SandboxUnavailable(f"/usr/bin/{tool} (util-linux) is missing; it drops the "
+                                             "sandbox to an unprivileged uid and sets its rlimits")
+    else:
+        exe = shutil.which("apptainer") or shutil.which("singularity")
+        if not exe:
+            raise SandboxUnavailable("apptainer is not on PATH; " + INSTALL_HELP)
+        if not (arg or os.environ.get("QUANTLADDER_APPTAINER_IMAGE")):
+            raise SandboxUnavailable("the apptainer backend needs an image: backend "
+                                     "'apptainer:/path/image.sif' or $QUANTLADDER_APPTAINER_IMAGE")
+    res = _run(["/bin/sh", "-c", "echo sandbox-ok"], {}, Limits(wall_s=30), backend, (), probe=True)
+    if res.kind != "ok" or "sandbox-ok" not in res.stdout:
+        raise SandboxUnavailable(
+            f"the {name} sandbox does not start on this host ({exe}): "
+            f"rc={res.returncode} {res.stderr.strip()[:500]!r}; " + INSTALL_HELP)
+    desc = f"{name} ({exe}; {'root: setpriv to a private uid' if os.geteuid() == 0 else 'user namespace'})"
+    with _probe_lock:
+        _probe_cache[backend] = desc
+    return desc
+
+
+def host_python(python: str | None = None) -> tuple[str, list[str]]:
+    """An interpreter to run inside the sandbox, and the read-only binds it needs.
+
+    ``python`` may be a virtual environment's interpreter (e.g. the BigCodeBench scoring env built
+    from envs/bigcodebench-eval.txt); default: the base interpreter of the running Python (its
+    standard library only, so none of this project's site-packages is visible). Only those
+    installation trees are bound, never their parents.
+    """
+    binds: list[str] = []
+    if python is None:
+        exe = getattr(sys, "_base_executable", None) or sys.executable
+        prefix = Path(sys.base_prefix)
+        binds.append(str(prefix.resolve()))
+        exe_path = Path(exe)
+        if not exe_path.is_absolute() or not exe_path.exists():
+            exe_path = prefix / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+        return str(exe_path), [b for b in binds if not _under_system(b)]
+    p = Path(python).absolute()
+    if not p.exists():
+        raise SandboxUnavailable(f"sandbox interpreter {python!r} does not exist (build the scoring "
+                                 "environment first, see envs/)")
+    venv = p.parent.parent
+    if (venv / "pyvenv.cfg").exists():
+        binds.append(str(venv))
+        home = None
+        for line in (venv / "pyvenv.cfg").read_text().splitlines():
+            k, _, v = line.partition("=")
+            if k.strip() == "home":
+                home = v.strip()
+        if home:
+            binds.append(str(Path(home).resolve().parent))
+    real = p.resolve()
+    binds.append(str(real.parent.parent))
+    out: list[str] = []
+    for b in binds:
+        if not _under_system(b) and b not in out:
+            out.append(b)
+    return str(p), out
+
+
+def _under_system(path: str) -> bool:
+    return any(path == s or path.startswith(s + "/") for s in ("/usr", "/bin", "/lib", "/lib64"))
+
+
+# ---------------------------------------------------------------------------------------------
+# the runner
+
+
+def run_sandboxed(argv: list[str], files: Mapping[str, bytes | str], limits: Limits = Limits(),
+                  backend: str = "bubblewrap", extra_ro_binds: Sequence[str] = ()) -> SandboxResult:
+    """Run ``argv`` in a fresh sandbox whose cwd (/work) holds ``files``; never raises for what
+    the program does, only SandboxUnavailable when no sandbox can be made.
+
+    ``files`` maps relative paths (subdirectories allowed) to contents. ``extra_ro_binds`` are host
+    paths made visible read-only at the same path ("src:dest" binds elsewhere), e.g. an interpreter
+    installation (see :func:`host_python`).
+    """
+    check_backend(backend)
+    return _run(argv, files, limits, backend, extra_ro_binds)
+
+
+def _run(argv, files, limits: Limits, backend: str, extra_ro_binds, probe: bool = False) -> SandboxResult:
+    if not argv:
+        raise ValueError("run_sandboxed: argv is empty")
+    name, arg = _parse_backend(backend)
+    fds: list[int] = []
+    cleanup: list[str] = []
+    try:
+        if name == "bubblewrap":
+            cmd, pass_fds = _bwrap_command(list(argv), files, limits, extra_ro_binds, fds)
+        else:
+            image = arg or os.environ.get("QUANTLADDER_APPTAINER_IMAGE")
+            cmd, pass_fds = _apptainer_command(list(argv), files, limits, extra_ro_binds, image, cleanup)
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, pass_fds=pass_fds, close_fds=True,
+                                    start_new_session=True, env={"PATH": "/usr/bin:/bin"})
+        except OSError as e:
+            raise SandboxUnavailable(f"could not start {cmd[0]}: {e}; " + INSTALL_HELP) from e
+        finally:
+            for fd in fds:  # the child holds its own copies until bwrap has copied the files in
+                os.close(fd)
+            fds.clear()
+        out, err, timed_out, truncated = _collect(proc, t0 + limits.wall_s, limits.output_bytes)
+        wall = time.perf_counter() - t0
+    finally:
+        for fd in fds:
+            os.close(fd)
+        for d in cleanup:
+            shutil.rmtree(d, ignore_errors=True)
+    rc = proc.returncode
+    stdout = out.decode("utf-8", errors="replace")
+    stderr = err.decode("utf-8", errors="replace")
+    kind, sig, detail = classify(rc, stderr, timed_out, backend=name)
+    return SandboxResult(returncode=rc, stdout=stdout, stderr=stderr, timed_out=timed_out, wall_s=wall,
+                         kind=kind, signal=sig, truncated=truncated, backend=backend, detail=detail)
+
+
+def _collect(proc: subprocess.Popen, deadline: float, limit: int) -> tuple[bytes, bytes, bool, bool]:
+    """Read both pipes until the program ends or the deadline passes (then kill its process group).
+
+    Each stream keeps its first ``limit`` bytes minus a tail window, plus its last bytes, so that a
+    verdict line printed at the end survives a program that floods its output.
+    """
+    tail_keep = min(16384, max(1024, limit // 4))
+    head_keep = max(0, limit - tail_keep)
+    bufs = {proc.stdout: [bytearray(), bytearray(), 0], proc.stderr: [bytearray(), bytearray(), 0]}
+    sel = selectors.DefaultSelector()
+    for f in bufs:
+        os.set_blocking(f.fileno(), False)
+        sel.register(f, selectors.EVENT_READ)
+    timed_out = False
+    open_streams = 2
+    while open_streams:
+        remaining = deadline - time.perf_counter()
+        if remaining <= 0:
+            timed_out = True
+            _kill_group(proc)
+            break
+        events = sel.select(timeout=min(remaining, 0.5))
+        for key, _ in events:
+            try:
+                chunk = os.read(key.fileobj.fileno(), 65536)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                sel.unregister(key.fileobj)
+                open_streams -= 1
+                continue
+            head, tail, total = bufs[key.fileobj]
+            bufs[key.fileobj][2] = total + len(chunk)
+            room = head_keep - len(head)
+            if room > 0:
+                head += chunk[:room]
+                chunk = chunk[room:]
+            if chunk:
+                tail += chunk
+                if len(tail) > tail_keep:
+                    del tail[: len(tail) - tail_keep]
+    # Both pipes closed (or the deadline passed): every process of the namespace is gone or going.
+    try:
+        proc.wait(timeout=max(0.0, deadline - time.perf_counter()) + 5)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc)
+        proc.wait()
+    sel.close()
+    for f in bufs:
+        f.close()
+    truncated = False
+    out = []
+    for f in (proc.stdout, proc.stderr):
+        head, tail, total = bufs[f]
+        if total > len(head) + len(tail):
+            truncated = True
+            out.append(bytes(head) + b"\n[... output truncated by the sandbox ...]\n" + bytes(tail))
+        else:
+            out.append(bytes(head) + bytes(tail))
+    return out[0], out[1], timed_out, truncated
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL bwrap's process group; --die-with-parent then takes the sandbox's pid namespace down."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+_MEMORY_PAT = re.compile(r"MemoryError|Cannot allocate memory|std::bad_alloc|out of memory", re.I)
+_VIOLATION_PAT = re.compile(
+    r"PermissionError|Operation not permitted|Read-only file system|Network is unreachable|"
+    r"Connection refused|No space left on device|File too large|Resource temporarily unavailable|"
+    r"Temporary failure in name resolution|Name or service not known|Too many open files")
+
+
+def classify(rc: int | None, stderr: str, timed_out: bool, backend: str = "bubblewrap"
+             ) -> tuple[str, int | None, str]:
+    """(kind, signal, detail) of a finished sandbox run, seen from outside."""
+    sig = None
+    if rc is not None and rc < 0:
+        sig = -rc
+    elif rc is not None and rc > 128 and rc - 128 < 65:  # bwrap reports a signalled child as 128+n
+        sig = rc - 128
+    if timed_out:
+        return "timeout", sig, "wall-clock limit"
+    if rc == 0:
+        return "ok", None, ""
+    if sig == signal.SIGXCPU:
+        return "timeout", sig, "CPU-time limit (SIGXCPU)"
+    if sig == signal.SIGXFSZ:
+        return "violation", sig, "file-size limit (SIGXFSZ)"
+    if sig == signal.SIGSYS:
+        return "violation", sig, "forbidden system call (SIGSYS)"
+    head = stderr.lstrip()[:2000]
+    if backend == "bubblewrap" and head.startswith("bwrap:") or head.startswith(("setpriv:", "prlimit:")):
+        return "sandbox_error", sig, head.splitlines()[0] if head else ""
+    tail = stderr[-4000:]
+    if _MEMORY_PAT.search(tail) or (sig == signal.SIGSEGV and "MemoryError" in stderr):
+        return "memory", sig, "address-space limit"
+    if _VIOLATION_PAT.search(tail):
+        return "violation", sig, _VIOLATION_PAT.search(tail).group(0)
+    if sig == signal.SIGKILL:
+        return "memory", sig, "killed (SIGKILL): out of memory"
+    return "failed", sig, ""
+
+
+def _check_rel(path: str) -> PurePosixPath:
+    p = PurePosixPath(path)
+    if p.is_absolute() or not p.parts or ".." in p.parts:
+        raise ValueError(f"sandbox file {path!r}: use a relative path inside the work dir")
+    return p
+
+
+def _memfd(data: bytes) -> int:
+    fd = os.memfd_create("ql-sandbox", os.MFD_CLOEXEC)
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _next_uid() -> int:
+    with _uid_lock:
+        n = next(_uid_counter)
+    # One uid per concurrent sandbox, so RLIMIT_NPROC counts only that sandbox's processes.
+    return UID_BASE + ((os.getpid() & 0xFFFF) << 12) + (n & 0xFFF)
+
+
+def _prlimit_argv(limits: Limits, prlimit: str = "/usr/bin/prlimit") -> list[str]:
+    cpu = max(1, int(limits.cpu_s))
+    return [prlimit, f"--as={int(limits.address_space_bytes)}", f"--cpu={cpu}:{cpu + 1}",
+            f"--nproc={int(limits.nproc)}", f"--fsize={int(limits.file_size_bytes)}",
+            f"--nofile={int(limits.open_files)}", "--core=0", "--"]
+
+
+def _parse_bind(spec: str) -> tuple[str, str]:
+    src, sep, dest = spec.partition(":")
+    src = os.path.abspath(src)
+    dest = os.path.abspath(dest) if sep else src
+    return src, dest
+
+
+def _bwrap_command(argv, files, limits: Limits, extra_ro_binds, fds: list[int]) -> tuple[list[str], list[int]]:
+    root = os.geteuid() == 0
+    cmd = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net",
+           "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
+    uid = gid = 65534
+    if root:
+        uid = gid = _next_uid()
+    else:
+        cmd += ["--unshare-user", "--uid", str(uid), "--gid", str(gid)]
+    for p in SYSTEM_RO:
+        if os.path.islink(p):
+            cmd += ["--symlink", os.readlink(p), p]
+        elif os.path.isdir(p):
+            cmd += ["--ro-bind", p, p]
+    made: set[str] = {"/", "/etc", "/work", "/tmp"}
+    cmd += ["--perms", "0755", "--dir", "/etc"]
+    for p in ETC_RO:
+        if os.path.exists(p):
+            cmd += _parents(p, made) + ["--ro-bind", p, p]
+    for spec in extra_ro_binds:
+        src, dest = _parse_bind(spec)
+        if not os.path.exists(src):
+            raise SandboxUnavailable(f"sandbox bind {src!r} does not exist")
+        cmd += _parents(dest, made) + ["--ro-bind", src, dest]
+    cmd += ["--proc", "/proc", "--dev", "/dev",
+            "--perms", "01777", "--size", str(int(limits.disk_bytes)), "--tmpfs", "/tmp",
+            "--perms", "0777", "--size", str(int(limits.disk_bytes)), "--tmpfs", "/work"]
+    passwd = f"root:x:0:0::/:/usr/sbin/nologin\nsandbox:x:{uid}:{gid}:sandbox:/tmp:/usr/sbin/nologin\n"
+    group = f"root:x:0:\nsandbox:x:{gid}:\n"
+    pass_fds: list[int] = []
+    for dest, data in (("/etc/passwd", passwd.encode()), ("/etc/group", group.encode())):
+        fd = _memfd(data)
+        fds.append(fd)
+        pass_fds.append(fd)
+        cmd += ["--perms", "0644", "--file", str(fd), dest]
+    dirs_made: set[str] = set()
+    for rel, content in files.items():
+        p = _check_rel(rel)
+        for parent in reversed(p.parents[:-1] if len(p.parts) > 1 else []):
+            d = f"/work/{parent}"
+            if d not in dirs_made:
+                cmd += ["--perms", "01777", "--dir", d]
+                dirs_made.add(d)
+        data = content.encode() if isinstance(content, str) else bytes(content)
+        fd = _memfd(data)
+        fds.append(fd)
+        pass_fds.append(fd)
+        cmd += ["--perms", "0644", "--file", str(fd), f"/work/{p}"]
+    cmd += ["--remount-ro", "/", "--chdir", "/work", "--clearenv"]
+    for k, v in SANDBOX_ENV.items():
+        cmd += ["--setenv", k, v]
+    cmd += ["--setenv", "USER", "sandbox", "--setenv", "LOGNAME", "sandbox", "--"]
+    if root:
+        cmd += ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+                "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+    cmd += _prlimit_argv(limits) + argv
+    return cmd, pass_fds
+
+
+def _parents(dest: str, made: set[str]) -> list[str]:
+    """bwrap creates missing parent dirs of a mount point as 0700, unreadable once we drop to an
+    unprivileged uid: create them 0755 first (empty: only the bound subtree is visible)."""
+    out: list[str] = []
+    parts = PurePosixPath(dest).parts
+    for i in range(2, len(parts)):
+        d = str(PurePosixPath(*parts[:i]))
+        if d not in made:
+            made.add(d)
+            out += ["--perms", "0755", "--dir", d]
+    return out
+
+
+def _apptainer_command(argv, files, limits: Limits, extra_ro_binds, image: str | None,
+                       cleanup: list[str]) -> tuple[list[str], list[int]]:
+    """Apptainer: the image is the read-only system; the work dir is a host temp dir copied in.
+
+    Files are passed through a private host temp dir (bound as /work, removed after the run);
+    Apptainer's own --containall gives a private /tmp and no $HOME. Apptainer has no tmpfs size
+    option, so RLIMIT_FSIZE is what bounds the files written there.
+    """
+    import tempfile
+
+    exe = shutil.which("apptainer") or shutil.which("singularity")
+    if not image:
+        raise SandboxUnavailable("the apptainer backend needs an image (see sandbox.py)")
+    work = tempfile.mkdtemp(prefix="ql-sandbox-")
+    os.chmod(work, 0o1777)
+    cleanup.append(work)
+    for rel, content in files.items():
+        p = Path(work) / _check_rel(rel)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(content.encode() if isinstance(content, str) else bytes(content))
+    cmd = [exe, "exec", "--containall", "--cleanenv", "--no-home", "--no-privs", "--pid", "--ipc",
+           "--net", "--network", "none", "--writable-tmpfs", "--bind", f"{work}:/work", "--pwd", "/work"]
+    for spec in extra_ro_binds:
+        src, dest = _parse_bind(spec)
+        cmd += ["--bind", f"{src}:{dest}:ro"]
+    for k, v in SANDBOX_ENV.items():
+        cmd += ["--env", f"{k}={v}"]
+    cmd += [image] + _prlimit_argv(limits, prlimit="prlimit") + argv
+    return cmd, []
+
+
+def errno_is_violation(e: BaseException) -> bool:
+    """An OSError that the sandbox's walls raise (used by in-sandbox harnesses to label failures)."""
+    return isinstance(e, OSError) and e.errno in {
+        errno.EACCES, errno.EPERM, errno.EROFS, errno.ENETUNREACH, errno.ECONNREFUSED,
+        errno.EHOSTUNREACH, errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EAGAIN, errno.EMFILE}
