@@ -1,0 +1,94 @@
+"""`quantladder`: the small command line over the dataset.
+
+    quantladder recommend --mem 24GiB --ctx 32768 --dataset results/<card>/points.parquet \
+        [--kv f16,q8_0] [--min-tg 20] [--weight bfcl=1 --weight ruler=2] [--card NAME] [--json]
+    quantladder pack --cards L4=24GiB,L4b=24GiB --ctx 8192 --dataset ... [--families a,b] [--require-all]
+    quantladder report results/<card>/points.parquet results/<card>/report.html [--card NAME]
+    quantladder schema
+
+Exit status: 0 answered, 1 error in the request or the data, 2 infeasible (the message says why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from .errors import QuantladderError
+
+
+def _split(text: str | None) -> list[str] | None:
+    if not text:
+        return None
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dataset", required=True, help="points.parquet of one card")
+    p.add_argument("--ctx", required=True, help="context length actually used, in tokens (32768 or 32k)")
+    p.add_argument("--kv", help="allowed KV-cache types, comma-separated (default: any measured)")
+    p.add_argument("--min-tg", type=float, default=None, help="minimum generation speed, tokens/s")
+    p.add_argument("--weight", action="append", default=[], metavar="BENCH[:METRIC]=W",
+                   help="task weight (repeatable); default: equal weights over the task benchmarks")
+    p.add_argument("--card", help="card key when the dataset holds several")
+    p.add_argument("--json", action="store_true", help="print the answer as JSON")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="quantladder", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("recommend", help="best (family, rung, KV type) for a memory budget and a context")
+    r.add_argument("--mem", required=True, help="memory budget: 24GiB, 16000MiB, 24GB (decimal) or bytes")
+    _common(r)
+    r.add_argument("--runners-up", type=int, default=3)
+    k = sub.add_parser("pack", help="place several families onto a set of cards (assignment ILP)")
+    k.add_argument("--cards", required=True, help="NAME=SIZE,... e.g. L4=24GiB,L4b=24GiB")
+    k.add_argument("--families", help="families to place, comma-separated (default: all)")
+    k.add_argument("--require-all", action="store_true", help="every family must be placed (else infeasible)")
+    _common(k)
+    rep = sub.add_parser("report", help="build the HTML report from a points.parquet")
+    rep.add_argument("dataset")
+    rep.add_argument("out_html")
+    rep.add_argument("--card", help="card to report (default: every card in the dataset)")
+    sub.add_parser("schema", help="print the dataset's documented schema (Markdown)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        if args.cmd == "schema":
+            from .dataset import schema_markdown
+
+            print(schema_markdown())
+            return 0
+        if args.cmd == "report":
+            from .report import build
+
+            out = build(args.dataset, args.out_html, card=args.card)
+            print(f"wrote {out}")
+            return 0
+        from . import dataset_view as dv
+        from . import recommend as rec
+
+        df = dv.load(args.dataset)
+        weights = rec.parse_weights(args.weight)
+        if args.cmd == "recommend":
+            result = rec.recommend(df, args.mem, args.ctx, kv=_split(args.kv), min_tg=args.min_tg,
+                                   weights=weights, card=args.card, n_runners_up=args.runners_up)
+        else:
+            result = rec.pack(df, rec.parse_cards(args.cards), args.ctx, families=_split(args.families),
+                              kv=_split(args.kv), min_tg=args.min_tg, weights=weights,
+                              require_all=args.require_all, card=args.card)
+        print(json.dumps(result, indent=2, default=str) if args.json else rec.format_text(result))
+        return 0 if result["feasible"] else 2
+    except QuantladderError as e:
+        print(f"quantladder {args.cmd}: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

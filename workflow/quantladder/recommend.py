@@ -1,0 +1,535 @@
+"""Which rung should I run on this card? An integer program over the measured points (pulp + CBC).
+
+Mode 1, ``recommend``: given a memory budget and the context length actually used, choose the
+(family, rung, KV type) that maximises the weighted quality score subject to
+
+    predicted memory = weights + KV(context) + compute buffers  <=  budget
+    generation speed (tg tokens/s)                             >=  min_tg      (optional)
+    KV type in the allowed set                                                  (optional)
+
+and report the runners-up and which constraint binds (the one whose removal would buy a better
+score). Mode 2, ``pack``: place several families, each at one (rung, KV type), onto a set of cards
+so that every card's memory holds, maximising the summed score (an assignment problem: "same VRAM,
+a big model in Q4 or a small one in Q8?" over several cards at once).
+
+Figures come from the dataset only. KV bytes per token are ``kv_bytes_predicted / n_ctx`` of the
+point (the cache grows linearly with the context); compute buffers are taken at the measured
+context that covers the requested one (or ``predicted_total_bytes - weights - KV`` there).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+
+import pandas as pd
+import pulp
+
+from . import dataset_view as dv
+from .errors import QuantladderError
+
+EPS_TIE = 1e-6  # tie-break towards less memory, far below any score difference that matters
+
+
+def _binary(prob: pulp.LpProblem, name: str):
+    """A binary variable attached to ``prob`` (PuLP >= 3.3 spells it add_variable)."""
+    if hasattr(prob, "add_variable"):
+        return prob.add_variable(name, cat="Binary")
+    return pulp.LpVariable(name, cat="Binary")
+
+
+def _solve(prob: pulp.LpProblem) -> str:
+    """Solve with the CBC that ships inside PuLP (no system solver needed); the status name."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # PuLP 3.3 nudges towards a separate cbc install
+        solver = pulp.PULP_CBC_CMD(msg=False)
+        return pulp.LpStatus[prob.solve(solver)]
+
+
+class RecommendError(QuantladderError):
+    """A request the dataset cannot answer (infeasible, or missing figures); the message says why."""
+
+
+# ---------------------------------------------------------------- parsing
+
+_SIZE_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+               "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40,
+               "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+
+
+def parse_bytes(text: str | int | float) -> int:
+    """'24GiB' → 25769803776; '24GB' is decimal (24e9); a bare 'G' means GiB, as llama.cpp prints it."""
+    if isinstance(text, (int, float)):
+        return int(text)
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _SIZE_UNITS:
+        raise RecommendError(f"cannot read memory size {text!r}: write e.g. 24GiB, 16000MiB, 24GB or bytes")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+
+
+def parse_ctx(text: str | int) -> int:
+    """'32768', '32k' or '32K' (= 32768 tokens)."""
+    if isinstance(text, int):
+        return text
+    m = re.fullmatch(r"\s*([0-9]+)\s*([kK]?)\s*", str(text))
+    if not m:
+        raise RecommendError(f"cannot read context length {text!r}: write tokens, e.g. 32768 or 32k")
+    n = int(m.group(1)) * (1024 if m.group(2) else 1)
+    if n <= 0:
+        raise RecommendError("context length must be positive")
+    return n
+
+
+def parse_weights(items: list[str] | dict | None) -> dict[str, float]:
+    """['bfcl=1', 'ruler=2', 'humaneval:pass_at_1=1'] → {'bfcl': 1.0, ...}."""
+    if not items:
+        return {}
+    if isinstance(items, dict):
+        return {str(k): float(v) for k, v in items.items()}
+    out = {}
+    for it in items:
+        for part in str(it).split(","):
+            if not part.strip():
+                continue
+            if "=" not in part:
+                raise RecommendError(f"weight {part!r}: write benchmark=weight, e.g. bfcl=1")
+            k, v = part.split("=", 1)
+            try:
+                out[k.strip()] = float(v)
+            except ValueError:
+                raise RecommendError(f"weight {part!r}: {v!r} is not a number") from None
+            if out[k.strip()] < 0:
+                raise RecommendError(f"weight {part!r}: weights must be >= 0")
+    return out
+
+
+def parse_cards(items: list[str] | str) -> list[tuple[str, int]]:
+    """'L4=24GiB,H200=141GiB' or ['24GiB', '24GiB'] → [(name, bytes), ...] (unnamed cards are card1, ...)."""
+    parts = [p for it in ([items] if isinstance(items, str) else items) for p in str(it).split(",") if p.strip()]
+    out = []
+    for i, p in enumerate(parts, 1):
+        name, _, size = p.rpartition("=")
+        out.append((name.strip() or f"card{i}", parse_bytes(size)))
+    if not out:
+        raise RecommendError("pack needs at least one card, e.g. --cards L4=24GiB,L4b=24GiB")
+    names = [n for n, _ in out]
+    if len(set(names)) != len(names):
+        raise RecommendError(f"card names must differ: {names}")
+    return out
+
+
+# ---------------------------------------------------------------- candidates
+
+@dataclass
+class Candidate:
+    card: str
+    family: str
+    rung: str
+    kv: str
+    bits_per_weight: float | None
+    weights_bytes: float
+    kv_bytes: float
+    buffer_bytes: float
+    memory_bytes: float
+    tg_tokens_per_s: float | None
+    tg_stderr: float | None
+    score: float  # weighted quality, %
+    score_stderr: float | None
+    scores: dict = field(default_factory=dict)  # benchmark -> {metric, value, stderr, unit, n_ctx, status}
+    caveats: list = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"{self.family}/{self.rung}/{self.kv}"
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["name"] = self.name
+        return d
+
+
+def _memory(rows: pd.DataFrame, ctx: int, file_bytes) -> tuple[float, float, float, list[str]] | str:
+    """(weights, KV at ctx, buffers, notes) or the reason it cannot be predicted."""
+    notes = []
+    mem = rows[rows["benchmark"] == "memory"]
+    w = mem[(mem["metric"] == "weights_bytes") & mem["value"].notna()]
+    if not w.empty:
+        weights = float(w["value"].iloc[0])
+    elif file_bytes is not None and not pd.isna(file_bytes):
+        weights, _ = float(file_bytes), notes.append("weights taken as the GGUF file size (no weights_bytes row)")
+    else:
+        return "no weights_bytes row and no file_bytes"
+    kv = mem[(mem["metric"] == "kv_bytes_predicted") & mem["value"].notna() & mem["n_ctx"].notna() & (mem["n_ctx"] > 0)]
+    if kv.empty:
+        return "no kv_bytes_predicted row (memory measure missing for this point)"
+    r = kv.loc[kv["n_ctx"].idxmax()]
+    kv_per_token = float(r["value"]) / float(r["n_ctx"])
+    kv_bytes = kv_per_token * ctx
+    buf = dv.pick_ctx(mem[(mem["metric"] == "compute_buffer_bytes") & mem["value"].notna()], ctx)
+    if buf is not None:
+        buffers = float(buf["value"])
+        if buf["n_ctx"] is not None and not pd.isna(buf["n_ctx"]) and buf["n_ctx"] < ctx:
+            notes.append(f"compute buffers measured at n_ctx {int(buf['n_ctx'])}, below the requested context")
+    else:
+        tot = dv.pick_ctx(mem[(mem["metric"] == "predicted_total_bytes") & mem["value"].notna()], ctx)
+        if tot is not None and tot["n_ctx"] is not None and not pd.isna(tot["n_ctx"]):
+            buffers = max(0.0, float(tot["value"]) - weights - kv_per_token * float(tot["n_ctx"]))
+        else:
+            buffers = 0.0
+            notes.append("no compute_buffer_bytes row: buffers counted as 0")
+    return weights, kv_bytes, buffers, notes
+
+
+def default_weights(df: pd.DataFrame) -> tuple[dict[str, float], list[str]]:
+    """Equal weights over the task benchmarks; perplexity agreement only when nothing else is measured."""
+    notes = []
+    tasks = [b for b in dv.task_benchmarks(df) if b not in dv.RELATIVE_SCORE and dv.score_metric(df, b)]
+    if tasks:
+        return {b: 1.0 for b in tasks}, notes
+    rel = [b for b in dv.RELATIVE_SCORE if (df["benchmark"] == b).any() and dv.score_metric(df, b)]
+    if rel:
+        notes.append("only perplexity is measured: the score is top-token agreement with each family's own "
+                     "reference, which ranks rungs within a family but not families against each other")
+        return {b: 1.0 for b in rel}, notes
+    raise RecommendError("the dataset holds no quality figure to score by (no task benchmark and no perplexity rows)")
+
+
+def _score_spec(df: pd.DataFrame, weights: dict[str, float]) -> dict[str, str]:
+    """benchmark → metric used as its score."""
+    spec = {}
+    known = set(df["benchmark"].dropna())
+    for key in weights:
+        bench, _, metric = key.partition(":")
+        if bench not in known:
+            raise RecommendError(f"weight {key!r}: benchmark {bench!r} is not in the dataset (it holds {sorted(known)})")
+        metric = metric or dv.score_metric(df, bench)
+        if not metric:
+            raise RecommendError(f"weight {key!r}: benchmark {bench!r} has no % figure where higher is better; "
+                                 f"name one as {bench}:<metric>")
+        rows = df[(df["benchmark"] == bench) & (df["metric"] == metric)]
+        if rows.empty:
+            raise RecommendError(f"weight {key!r}: no rows for metric {metric!r} of {bench!r}")
+        if not (rows["higher_is_better"] == True).any() or not (rows["unit"] == "%").all():  # noqa: E712
+            raise RecommendError(f"weight {key!r}: {bench}/{metric} must be a % where higher is better to be weighted")
+        spec[key] = (bench, metric)
+    return spec
+
+
+def candidates(df: pd.DataFrame, ctx: int, weights: dict[str, float] | None = None,
+               card: str | None = None) -> tuple[list[Candidate], list[dict], dict[str, float], list[str]]:
+    """Every point with the figures needed: (candidates, excluded with reasons, weights used, notes)."""
+    cards = sorted(df["card"].dropna().unique())
+    if card is None:
+        if len(cards) > 1:
+            raise RecommendError(f"the dataset holds several cards {cards}: name one (figures differ between cards)")
+        card = cards[0] if cards else None
+    df = df[df["card"] == card]
+    if df.empty:
+        raise RecommendError(f"no rows for card {card!r} in the dataset (cards: {cards})")
+    notes: list[str] = []
+    if not weights:
+        weights, wnotes = default_weights(df)
+        notes += wnotes
+    weights = {k: v for k, v in weights.items() if v > 0}
+    if not weights:
+        raise RecommendError("all task weights are 0: give at least one benchmark a positive weight")
+    spec = _score_spec(df, weights)
+    wsum = sum(weights.values())
+    out, excluded = [], []
+    for key, rows in df.groupby(dv.POINT, dropna=False):
+        _, family, rung, kv = key
+        reason = None
+        mem = _memory(rows, ctx, rows["file_bytes"].max())
+        if isinstance(mem, str):
+            reason = mem
+        trained = rows[(rows["metric"] == "n_ctx_train") & rows["value"].notna()]
+        if not reason and not trained.empty and ctx > trained["value"].max():
+            reason = f"the model was trained for {int(trained['value'].max())} tokens of context, fewer than {ctx}"
+        scores, caveats = {}, []
+        total, var, var_known = 0.0, 0.0, True
+        for wkey, (bench, metric) in spec.items():
+            if reason:
+                break
+            brows = rows[(rows["benchmark"] == bench)]
+            bad = brows[brows["status"].isin(dv.BAD_STATUSES)]
+            if not bad.empty:
+                reason = f"{bench} is {bad['status'].iloc[0]}: {bad['status_reason'].iloc[0] or 'no reason given'}"
+                break
+            mrows = dv.whole(dv.figures(brows[brows["metric"] == metric]))
+            r = dv.pick_ctx(mrows, ctx)
+            if r is None:
+                reason = f"no {bench}/{metric} figure"
+                break
+            st = r["status"] or "ok"
+            if st in dv.CAVEAT_STATUSES:
+                caveats.append(f"{bench} is {st}" + (f" ({r['status_reason']})" if r["status_reason"] else ""))
+            nctx = None if pd.isna(r["n_ctx"]) else int(r["n_ctx"])
+            if nctx is not None and nctx < ctx and mrows["n_ctx"].notna().any():
+                caveats.append(f"{bench} measured up to n_ctx {nctx}, below the requested {ctx}")
+            se = None if pd.isna(r["stderr"]) else float(r["stderr"])
+            scores[wkey] = {"benchmark": bench, "metric": metric, "value": float(r["value"]), "stderr": se,
+                            "unit": r["unit"], "n_ctx": nctx, "status": st, "weight": weights[wkey]}
+            total += weights[wkey] * float(r["value"])
+            if se is None:
+                var_known = False
+            else:
+                var += (weights[wkey] * se) ** 2
+        if reason:
+            excluded.append({"name": f"{family}/{rung}/{kv}", "reason": reason})
+            continue
+        weights_b, kv_b, buf_b, mnotes = mem
+        sp = dv.whole(dv.figures(rows[(rows["benchmark"] == "speed") & (rows["metric"] == "tg_tokens_per_s")]))
+        spr = dv.pick_ctx(sp, ctx)
+        tg = None if spr is None else float(spr["value"])
+        tg_se = None if spr is None or pd.isna(spr["stderr"]) else float(spr["stderr"])
+        out.append(Candidate(
+            card=card, family=family, rung=rung, kv=kv,
+            bits_per_weight=None if pd.isna(rows["bits_per_weight"].max()) else float(rows["bits_per_weight"].max()),
+            weights_bytes=weights_b, kv_bytes=kv_b, buffer_bytes=buf_b, memory_bytes=weights_b + kv_b + buf_b,
+            tg_tokens_per_s=tg, tg_stderr=tg_se, score=total / wsum,
+            score_stderr=math.sqrt(var) / wsum if var_known else None, scores=scores, caveats=caveats + mnotes))
+    out.sort(key=lambda c: (-c.score, c.memory_bytes, c.name))
+    return out, excluded, weights, notes
+
+
+# ---------------------------------------------------------------- mode 1: one model on one budget
+
+def _solve_choice(cands: list[Candidate], budget: float | None, min_tg: float | None,
+                  kv_allowed: set[str] | None, banned: set[str]) -> Candidate | None:
+    """One binary choice: max score s.t. the constraints given (None = constraint dropped)."""
+    prob = pulp.LpProblem("rung_choice", pulp.LpMaximize)
+    x = {c.name: _binary(prob, f"x{i}") for i, c in enumerate(cands)}
+    scale = max((c.memory_bytes for c in cands), default=1.0) or 1.0
+    prob += pulp.lpSum((c.score - EPS_TIE * c.memory_bytes / scale) * x[c.name] for c in cands)
+    prob += pulp.lpSum(x.values()) == 1, "one_model"
+    if budget is not None:
+        prob += pulp.lpSum(c.memory_bytes / scale * x[c.name] for c in cands) <= budget / scale, "memory"
+    for c in cands:
+        if c.name in banned:
+            prob += x[c.name] == 0
+        if kv_allowed is not None and c.kv not in kv_allowed:
+            prob += x[c.name] == 0
+        if min_tg is not None and (c.tg_tokens_per_s is None or c.tg_tokens_per_s < min_tg):
+            prob += x[c.name] == 0
+    if _solve(prob) != "Optimal":
+        return None
+    chosen = [c for c in cands if (x[c.name].value() or 0) > 0.5]
+    return chosen[0] if chosen else None
+
+
+def recommend(df: pd.DataFrame, mem: int | str, ctx: int | str, *, kv: list[str] | None = None,
+              min_tg: float | None = None, weights: dict[str, float] | list[str] | None = None,
+              card: str | None = None, n_runners_up: int = 3) -> dict:
+    """The best (family, rung, KV) for ``mem`` bytes at ``ctx`` tokens, runners-up, binding constraints.
+
+    Returns a JSON-able dict; ``feasible`` False (with ``message``) when nothing fits. Raises
+    RecommendError for a request the dataset cannot be asked (unknown benchmark, no figures at all).
+    """
+    t0 = time.perf_counter()
+    budget, ctx = parse_bytes(mem), parse_ctx(ctx)
+    weights = parse_weights(weights) if not isinstance(weights, dict) else weights
+    kv_allowed = set(kv) if kv else None
+    cands, excluded, used_w, notes = candidates(df, ctx, weights, card)
+    if kv_allowed:
+        unknown = kv_allowed - {c.kv for c in cands} - {e["name"].split("/")[-1] for e in excluded}
+        if unknown:
+            notes.append(f"KV types {sorted(unknown)} are not in the dataset")
+    req = {"memory_budget_bytes": budget, "context_tokens": ctx, "kv_types": sorted(kv_allowed) if kv_allowed else None,
+           "min_tg_tokens_per_s": min_tg, "weights": used_w}
+    result = {"request": req, "card": cands[0].card if cands else card, "notes": notes, "excluded": excluded,
+              "n_candidates": len(cands)}
+    if not cands:
+        result.update(feasible=False, message=_no_data_message(excluded))
+        result["seconds"] = round(time.perf_counter() - t0, 3)
+        return result
+    best = _solve_choice(cands, budget, min_tg, kv_allowed, set())
+    if best is None:
+        result.update(feasible=False, message=_infeasible_message(cands, budget, ctx, min_tg, kv_allowed))
+        result["seconds"] = round(time.perf_counter() - t0, 3)
+        return result
+    runners, banned = [], {best.name}
+    for _ in range(n_runners_up):
+        nxt = _solve_choice(cands, budget, min_tg, kv_allowed, banned)
+        if nxt is None:
+            break
+        runners.append(nxt)
+        banned.add(nxt.name)
+    binding = []
+    relax = {"memory": (None, min_tg, kv_allowed), "min_tg": (budget, None, kv_allowed), "kv_types": (budget, min_tg, None)}
+    active = {"memory": True, "min_tg": min_tg is not None, "kv_types": kv_allowed is not None}
+    for name, (b, t, k) in relax.items():
+        if not active[name]:
+            continue
+        alt = _solve_choice(cands, b, t, k, set())
+        if alt is not None and alt.score > best.score + 1e-9:
+            binding.append({"constraint": name, "without_it": alt.name, "score_without_it": alt.score,
+                            "score_gain": alt.score - best.score})
+    result.update(
+        feasible=True, best=best.as_dict(), runners_up=[r.as_dict() for r in runners], binding=binding,
+        slack={"memory_bytes": budget - best.memory_bytes,
+               "tg_tokens_per_s": None if min_tg is None or best.tg_tokens_per_s is None else best.tg_tokens_per_s - min_tg},
+        message=f"run {best.name}: predicted {dv.fmt_bytes(best.memory_bytes)} of {dv.fmt_bytes(budget)} at "
+                f"{ctx} tokens, score {best.score:.2f} %")
+    result["seconds"] = round(time.perf_counter() - t0, 3)
+    return result
+
+
+def _no_data_message(excluded: list[dict]) -> str:
+    reasons = {}
+    for e in excluded:
+        reasons.setdefault(e["reason"], []).append(e["name"])
+    lines = ["No point in the dataset has the figures this request needs:"]
+    lines += [f"  {r}: {', '.join(n[:4])}{' …' if len(n) > 4 else ''}" for r, n in reasons.items()]
+    return "\n".join(lines)
+
+
+def _infeasible_message(cands, budget, ctx, min_tg, kv_allowed) -> str:
+    pool = [c for c in cands if kv_allowed is None or c.kv in kv_allowed]
+    if not pool:
+        return f"Infeasible: no measured point uses the KV types {sorted(kv_allowed)} (measured: {sorted({c.kv for c in cands})})."
+    small = min(pool, key=lambda c: c.memory_bytes)
+    parts = []
+    if small.memory_bytes > budget:
+        parts.append(
+            f"nothing fits {dv.fmt_bytes(budget)} at a context of {ctx} tokens: the smallest is {small.name} at "
+            f"{dv.fmt_bytes(small.memory_bytes)} (weights {dv.fmt_bytes(small.weights_bytes)} + KV cache "
+            f"{dv.fmt_bytes(small.kv_bytes)} + buffers {dv.fmt_bytes(small.buffer_bytes)})")
+    fits = [c for c in pool if c.memory_bytes <= budget]
+    if min_tg is not None:
+        fast_pool = fits or pool
+        measured = [c for c in fast_pool if c.tg_tokens_per_s is not None]
+        if not measured:
+            parts.append(f"no point has a tg_tokens_per_s figure to check the minimum {min_tg} tokens/s against")
+        else:
+            fast = max(measured, key=lambda c: c.tg_tokens_per_s)
+            where = "within the memory budget" if fits else "at all"
+            if fast.tg_tokens_per_s < min_tg:
+                parts.append(f"the fastest {where} is {fast.name} at {dv.fmt_value(fast.tg_tokens_per_s, fast.tg_stderr, 'tokens/s')}, "
+                             f"below the minimum {min_tg} tokens/s")
+    if not parts:
+        parts.append("no point satisfies memory, speed and KV constraints together")
+    return "Infeasible: " + "; ".join(parts) + "."
+
+
+# ---------------------------------------------------------------- mode 2: pack models onto cards
+
+def pack(df: pd.DataFrame, cards: list[tuple[str, int]] | list[str] | str, ctx: int | str, *,
+         families: list[str] | None = None, kv: list[str] | None = None, min_tg: float | None = None,
+         weights: dict[str, float] | list[str] | None = None, require_all: bool = False,
+         card: str | None = None) -> dict:
+    """Place each family at most once (exactly once with ``require_all``) at one (rung, KV) on a card.
+
+    Maximises the summed score; each card's summed predicted memory stays within its size.
+    """
+    t0 = time.perf_counter()
+    cards = cards if cards and isinstance(cards[0], tuple) else parse_cards(cards)
+    ctx = parse_ctx(ctx)
+    weights = parse_weights(weights) if not isinstance(weights, dict) else weights
+    cands, excluded, used_w, notes = candidates(df, ctx, weights, card)
+    kv_allowed = set(kv) if kv else None
+    fams = families or sorted({c.family for c in cands})
+    unknown = [f for f in fams if f not in {c.family for c in cands}]
+    pool = [c for c in cands if c.family in fams and (kv_allowed is None or c.kv in kv_allowed)
+            and (min_tg is None or (c.tg_tokens_per_s is not None and c.tg_tokens_per_s >= min_tg))]
+    req = {"cards": [{"name": n, "memory_bytes": b} for n, b in cards], "context_tokens": ctx,
+           "families": fams, "kv_types": sorted(kv_allowed) if kv_allowed else None,
+           "min_tg_tokens_per_s": min_tg, "weights": used_w, "require_all": require_all}
+    result = {"request": req, "notes": notes, "excluded": excluded}
+    if unknown and require_all:
+        result.update(feasible=False, message=f"Infeasible: no usable point for families {unknown}")
+        return result
+    prob = pulp.LpProblem("pack", pulp.LpMaximize)
+    x = {}
+    for i, c in enumerate(pool):
+        for j, (cname, cap) in enumerate(cards):
+            if c.memory_bytes <= cap:
+                x[i, j] = _binary(prob, f"x_{i}_{j}")
+    scale = max((cap for _, cap in cards), default=1)
+    prob += pulp.lpSum((pool[i].score - EPS_TIE * pool[i].memory_bytes / scale) * v for (i, j), v in x.items())
+    for f in fams:
+        terms = [v for (i, j), v in x.items() if pool[i].family == f]
+        if require_all:
+            prob += (pulp.lpSum(terms) == 1) if terms else (pulp.lpSum([]) == 1), f"place_{f}"
+        elif terms:
+            prob += pulp.lpSum(terms) <= 1, f"place_{f}"
+    for j, (cname, cap) in enumerate(cards):
+        terms = [pool[i].memory_bytes / scale * v for (i, jj), v in x.items() if jj == j]
+        if terms:
+            prob += pulp.lpSum(terms) <= cap / scale, f"mem_{j}"
+    if _solve(prob) != "Optimal":
+        need = {f: min((c.memory_bytes for c in pool if c.family == f), default=None) for f in fams}
+        detail = ", ".join(f"{f} ≥ {dv.fmt_bytes(b)}" if b else f"{f}: no usable point" for f, b in need.items())
+        result.update(feasible=False, message=f"Infeasible: the families cannot all be placed on cards "
+                      f"{', '.join(f'{n} ({dv.fmt_bytes(b)})' for n, b in cards)} at {ctx} tokens; smallest needs: {detail}.")
+        result["seconds"] = round(time.perf_counter() - t0, 3)
+        return result
+    per_card = {n: {"memory_bytes": b, "used_bytes": 0.0, "models": []} for n, b in cards}
+    placed = set()
+    total = 0.0
+    for (i, j), v in x.items():
+        if (v.value() or 0) > 0.5:
+            c = pool[i]
+            slot = per_card[cards[j][0]]
+            slot["models"].append(c.as_dict())
+            slot["used_bytes"] += c.memory_bytes
+            placed.add(c.family)
+            total += c.score
+    for slot in per_card.values():
+        slot["free_bytes"] = slot["memory_bytes"] - slot["used_bytes"]
+    unplaced = [f for f in fams if f not in placed]
+    result.update(feasible=True, cards=per_card, total_score=total, unplaced=unplaced,
+                  message=f"placed {len(placed)} of {len(fams)} families, summed score {total:.2f} %"
+                          + (f"; not placed: {', '.join(unplaced)}" if unplaced else ""))
+    result["seconds"] = round(time.perf_counter() - t0, 3)
+    return result
+
+
+# ---------------------------------------------------------------- text
+
+def _cand_line(c: dict) -> str:
+    tg = "—" if c["tg_tokens_per_s"] is None else dv.fmt_value(c["tg_tokens_per_s"], c["tg_stderr"], "tokens/s")
+    score = dv.fmt_value(c["score"], c["score_stderr"], "%")
+    line = (f"{c['name']:<36} score {score:<18} memory {dv.fmt_bytes(c['memory_bytes'])} "
+            f"(weights {dv.fmt_bytes(c['weights_bytes'])} + KV {dv.fmt_bytes(c['kv_bytes'])} + "
+            f"buffers {dv.fmt_bytes(c['buffer_bytes'])})  tg {tg}")
+    if c["caveats"]:
+        line += "\n      caveats: " + "; ".join(c["caveats"])
+    return line
+
+
+def format_text(result: dict) -> str:
+    req = result["request"]
+    lines = []
+    if "cards" in req:
+        cards = ", ".join("%s (%s)" % (c["name"], dv.fmt_bytes(c["memory_bytes"])) for c in req["cards"])
+        lines.append(f"pack onto {cards} at {req['context_tokens']} tokens of context")
+    else:
+        lines.append(f"card {result.get('card')}: budget {dv.fmt_bytes(req['memory_budget_bytes'])} at "
+                     f"{req['context_tokens']} tokens of context"
+                     + (f", KV {','.join(req['kv_types'])}" if req.get("kv_types") else "")
+                     + (f", tg ≥ {req['min_tg_tokens_per_s']} tokens/s" if req.get("min_tg_tokens_per_s") is not None else ""))
+    lines.append("weights: " + ", ".join(f"{k}={v:g}" for k, v in req["weights"].items()))
+    lines += [f"note: {n}" for n in result.get("notes", [])]
+    if not result["feasible"]:
+        lines.append(result["message"])
+        return "\n".join(lines)
+    if "cards" in result:
+        lines.append(result["message"])
+        for name, slot in result["cards"].items():
+            lines.append(f"{name}: {dv.fmt_bytes(slot['used_bytes'])} used of {dv.fmt_bytes(slot['memory_bytes'])}")
+            lines += ["  " + _cand_line(c) for c in slot["models"]]
+        return "\n".join(lines)
+    lines.append("best:  " + _cand_line(result["best"]))
+    for i, r in enumerate(result["runners_up"], 2):
+        lines.append(f"#{i}:    " + _cand_line(r))
+    if result["binding"]:
+        for b in result["binding"]:
+            lines.append(f"binding: {b['constraint']} (without it: {b['without_it']}, +{b['score_gain']:.2f} %)")
+    else:
+        lines.append("binding: none (the best-scoring point fits every constraint)")
+    lines.append(f"memory slack: {dv.fmt_bytes(result['slack']['memory_bytes'])}")
+    lines.append(f"answered in {result['seconds']:.2f} s")
+    return "\n".join(lines)

@@ -1,0 +1,670 @@
+"""The HTML report: one self-contained file per card, rebuilt from the Parquet dataset alone.
+
+``build(points_parquet, out_html, card=None)`` reads ``points.parquet`` and nothing else, and
+writes one HTML file with inline SVG plots (matplotlib, text kept as text) and no external
+JS/CSS. Sections: status of every benchmark (anchor gate), per family every figure against bits
+per weight (error bars, one line per KV-cache type), Pareto fronts of the quality figures against
+memory, tokens/s and joules per token across families, degenerate loops, flips vs the reference,
+per-point tables with the manifest, and — when the dataset holds other cards — the cross-card view
+(identical generations, deltas), which never mixes cards into one curve.
+
+`unanchored` points are drawn hollow and `incomplete` ones as ×; in tables their status is a badge.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import logging
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from . import dataset_view as dv
+from .errors import DataError
+from .io import atomic_path
+
+log = logging.getLogger("quantladder.report")
+
+STATUS_MARK = {  # how a point's status is drawn: matplotlib marker, filled?
+    "ok": ("o", True), "unanchored": ("o", False), "incomplete": ("X", True), "failed": ("x", True),
+    "blocked": ("x", True),
+}
+KV_MARKERS = ["o", "s", "^", "D", "v", "P", "*", "h"]
+MAX_SERIES = 12
+# Subsets that summarise others (BFCL's aggregates, ...): drawn first when not every subset fits.
+AGGREGATE_SUBSETS = ("items_run", "non_live", "live", "multi_turn", "simple", "irrelevance", "relevance")
+COST_AXES = [  # (key, title, metric preference, lower is better)
+    ("memory", "memory", ("peak_vram_bytes", "peak_rss_bytes", "predicted_total_bytes", "weights_bytes"), True),
+    ("speed", "generation speed", ("tg_tokens_per_s",), False),
+    ("energy", "energy per token", ("joules_per_token",), True),
+]
+BYTES_SCALE = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+
+
+# ------------------------------------------------------------------ helpers
+
+def esc(x) -> str:
+    return html.escape("" if x is None else str(x))
+
+
+def _isnan(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x)) or (x is pd.NA)
+
+
+def badge(status: str | None) -> str:
+    st = status or "ok"
+    return f'<span class="badge st-{esc(st)}">{esc(st)}</span>'
+
+
+def short(h) -> str:
+    if _isnan(h) or not h:
+        return "—"
+    return f'<code title="{esc(h)}">{esc(str(h)[:12])}</code>'
+
+
+def bytes_scale(values) -> tuple[str, float]:
+    vmax = max((abs(v) for v in values if not _isnan(v)), default=0)
+    for unit, k in BYTES_SCALE:
+        if vmax >= k:
+            return unit, float(k)
+    return "bytes", 1.0
+
+
+def unit_axis(unit: str | None, values) -> tuple[str, float]:
+    """Axis unit label and divisor (bytes are shown in KiB/MiB/GiB)."""
+    if unit == "bytes":
+        return bytes_scale(values)
+    if unit in (None, "", "1"):
+        return "1", 1.0
+    return unit, 1.0
+
+
+def table(headers: list[str], rows: list[list[str]], table_id: str, row_classes: list[str] | None = None,
+          caption: str | None = None) -> str:
+    """An HTML table; cells are already-escaped HTML."""
+    out = [f'<div class="tablewrap"><table id="{esc(table_id)}">']
+    if caption:
+        out.append(f"<caption>{caption}</caption>")
+    out.append("<thead><tr>" + "".join(f"<th>{h}</th>" for h in headers) + "</tr></thead><tbody>")
+    for i, r in enumerate(rows):
+        cls = f' class="{row_classes[i]}"' if row_classes and row_classes[i] else ""
+        out.append(f"<tr{cls}>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>")
+    out.append("</tbody></table></div>")
+    return "".join(out)
+
+
+def vcell(value, stderr, unit) -> str:
+    return esc(dv.fmt_value(None if _isnan(value) else value, None if _isnan(stderr) else stderr, unit))
+
+
+# ------------------------------------------------------------------ figures
+
+class Figures:
+    """Renders matplotlib figures to inline SVG with ids unique in the page."""
+
+    def __init__(self):
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        self.plt = plt
+        self.n = 0
+        self.rc = {"svg.fonttype": "none", "svg.hashsalt": "quantladder", "font.size": 9,
+                   "axes.titlesize": 10, "legend.fontsize": 8, "figure.dpi": 100,
+                   "axes.grid": True, "grid.alpha": 0.3}
+
+    def new(self, w=6.0, h=3.8):
+        with self.plt.rc_context(self.rc):
+            fig, ax = self.plt.subplots(figsize=(w, h))
+        return fig, ax
+
+    def svg(self, fig, label: str) -> str:
+        self.n += 1
+        buf = io.StringIO()
+        with self.plt.rc_context(self.rc):
+            fig.tight_layout()
+            fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+        self.plt.close(fig)
+        text = buf.getvalue()
+        text = text[text.index("<svg"):]
+        pre = f"f{self.n}-"
+        ids = set(re.findall(r'\bid="([^"]+)"', text))
+        for i in sorted(ids, key=len, reverse=True):
+            text = text.replace(f'id="{i}"', f'id="{pre}{i}"').replace(f"#{i})", f"#{pre}{i})") \
+                       .replace(f'href="#{i}"', f'href="#{pre}{i}"')
+        text = re.sub(r'<svg([^>]*?)\swidth="[^"]*"\sheight="[^"]*"', r"<svg\1", text, count=1)
+        return text.replace("<svg", f'<svg role="img" aria-label="{esc(label)}" class="plot-svg"', 1)
+
+
+def _series_label(kv, subset, n_ctx, vary: set[str]) -> str:
+    parts = [f"KV {kv}"]
+    if "subset" in vary:
+        parts.append("all" if subset is None else str(subset))
+    if "n_ctx" in vary:
+        parts.append("" if _isnan(n_ctx) else f"n_ctx {int(n_ctx)}")
+    return " · ".join(p for p in parts if p)
+
+
+def _status_legend(ax, statuses: set[str]):
+    from matplotlib.lines import Line2D
+
+    handles = []
+    for st in ("unanchored", "incomplete"):
+        if st in statuses:
+            m, filled = STATUS_MARK[st]
+            handles.append(Line2D([], [], color="0.3", marker=m, linestyle="none",
+                                  markerfacecolor="0.3" if filled else "none", label=st))
+    return handles
+
+
+def curve_figure(F: Figures, rows: pd.DataFrame, family: str, benchmark: str, metric: str) -> str:
+    """One figure against bits per weight with error bars; one line per KV type (× subset × n_ctx)."""
+    rows = rows[rows["bits_per_weight"].notna()].copy()
+    unit = rows["unit"].dropna().iloc[0] if rows["unit"].notna().any() else None
+    ylab, div = unit_axis(unit, list(rows["value"]))
+    rows["_subset"] = rows["subset"]
+    rows["_nctx"] = rows["n_ctx"].astype("float")
+    vary = set()
+    if rows["_subset"].nunique(dropna=False) > 1:
+        vary.add("subset")
+    if rows["_nctx"].nunique(dropna=False) > 1:
+        vary.add("n_ctx")
+    groups = list(rows.groupby(["kv", "_subset", "_nctx"], dropna=False, sort=True))
+    note = ""
+    if len(groups) > MAX_SERIES:
+        # Too many lines to read: keep the whole-benchmark row and the aggregate subsets first.
+        subsets = sorted(rows["_subset"].dropna().unique(),
+                         key=lambda x: (AGGREGATE_SUBSETS.index(x) if x in AGGREGATE_SUBSETS else len(AGGREGATE_SUBSETS), x))
+        per_subset = max(1, len(groups) // max(1, rows["_subset"].nunique(dropna=False)))
+        keep_n = max(1, MAX_SERIES // per_subset - int(rows["_subset"].isna().any()))
+        keep = set(subsets[:keep_n])
+        dropped = len(subsets) - len(keep)
+        rows = rows[rows["_subset"].isna() | rows["_subset"].isin(keep)]
+        groups = list(rows.groupby(["kv", "_subset", "_nctx"], dropna=False, sort=True))[:MAX_SERIES]
+        note = f" ({dropped} subsets in the table only)"
+    fig, ax = F.new()
+    import matplotlib
+
+    colors = matplotlib.colormaps["tab10"].colors
+    kvs = sorted(rows["kv"].dropna().unique())
+    variants = sorted({(0 if _isnan(s) else 1, "" if _isnan(s) else str(s), -1 if _isnan(c) else c)
+                       for _, s, c in (k for k, _ in groups)})
+    styles = ["-", "--", ":", "-."]
+    statuses = set()
+    for (kv, subset, nctx), g in groups:
+        g = g.sort_values("bits_per_weight")
+        color = colors[kvs.index(kv) % len(colors)] if kv in kvs else "0.3"
+        x = g["bits_per_weight"].to_numpy(float)
+        y = g["value"].to_numpy(float) / div
+        err = g["stderr"].to_numpy(float) / div
+        vkey = (0 if _isnan(subset) else 1, "" if _isnan(subset) else str(subset), -1 if _isnan(nctx) else nctx)
+        style = styles[variants.index(vkey) % len(styles)]
+        ax.errorbar(x, y, yerr=None if all(math.isnan(e) for e in err) else [0 if math.isnan(e) else e for e in err],
+                    color=color, linestyle=style, capsize=3, linewidth=1.4,
+                    label=_series_label(kv, None if _isnan(subset) else subset, nctx, vary))
+        for st, sg in g.groupby("status"):
+            statuses.add(st)
+            m, filled = STATUS_MARK.get(st, ("o", True))
+            ax.scatter(sg["bits_per_weight"], sg["value"] / div, marker=m, s=36, zorder=3,
+                       facecolors=color if filled else "white", edgecolors=color, linewidths=1.5)
+    ax.set_xlabel("bits per weight (bits)")
+    ax.set_ylabel(f"{metric} ({ylab})")
+    ax.set_title(f"{family} · {benchmark} · {metric}{note}")
+    handles, labels = ax.get_legend_handles_labels()
+    extra = _status_legend(ax, statuses)
+    ax.legend(handles + extra, labels + [h.get_label() for h in extra], loc="best")
+    return F.svg(fig, f"{family} {benchmark} {metric} against bits per weight")
+
+
+def _point_values(df: pd.DataFrame, benchmark: str, metrics: tuple[str, ...] | str) -> tuple[pd.DataFrame, str | None, str | None]:
+    """Per point: value, stderr, status of the first metric present (largest n_ctx, whole benchmark)."""
+    metrics = (metrics,) if isinstance(metrics, str) else metrics
+    for m in metrics:
+        rows = dv.whole(dv.figures(df[(df["benchmark"] == benchmark) & (df["metric"] == m)]))
+        if rows.empty:
+            continue
+        picked = [dv.pick_ctx(g, None) for _, g in rows.groupby(dv.POINT, dropna=False)]
+        out = pd.DataFrame(picked)[dv.POINT + ["value", "stderr", "status", "unit", "n_ctx"]]
+        nctx = out["n_ctx"].dropna().unique()
+        where = f"n_ctx {int(nctx[0])}" if len(nctx) == 1 else ("largest n_ctx measured" if len(nctx) else None)
+        return out, m, where
+    return pd.DataFrame(), None, None
+
+
+def pareto_front(points: list[tuple[float, float]], cost_lower: bool, quality_higher: bool) -> list[int]:
+    """Indices of the non-dominated points (better cost and better quality), in cost order."""
+    order = sorted(range(len(points)), key=lambda i: ((points[i][0] if cost_lower else -points[i][0]),
+                                                     -(points[i][1] if quality_higher else -points[i][1])))
+    front, best = [], -math.inf
+    for i in order:
+        q = points[i][1] if quality_higher else -points[i][1]
+        if q > best:
+            front.append(i)
+            best = q
+    return front
+
+
+def pareto_section(F: Figures, df: pd.DataFrame, card: str) -> str:
+    out = []
+    qualities = []
+    for b in dv.task_benchmarks(df):
+        for m in dv.headline_metrics(df, b):
+            qualities.append((b, m))
+    missing_costs = []
+    for ckey, ctitle, cmetrics, lower in COST_AXES:
+        cost, cmetric, cwhere = _point_values(df, ckey, cmetrics)
+        if cmetric is None:
+            missing_costs.append(f"{ctitle} ({', '.join(cmetrics)} rows of benchmark {ckey})")
+            continue
+        figs = []
+        for b, m in qualities:
+            q, _, qwhere = _point_values(df, b, m)
+            if q.empty:
+                continue
+            j = q.merge(cost, on=dv.POINT, suffixes=("_q", "_c"))
+            if j.empty:
+                continue
+            qrows = df[(df["benchmark"] == b) & (df["metric"] == m)]
+            hib = bool((qrows["higher_is_better"] == True).any())  # noqa: E712
+            figs.append(_pareto_figure(F, j, card, b, m, qwhere, ckey, ctitle, cmetric, cwhere, lower, hib))
+        if figs:
+            out.append(f'<h3>Quality against {esc(ctitle)} <small>({esc(cmetric)})</small></h3><div class="grid">'
+                       + "".join(figs) + "</div>")
+    if missing_costs:
+        out.append('<p class="note">No Pareto front against ' + esc("; ".join(missing_costs))
+                   + ": the dataset has no such rows.</p>")
+    if not qualities:
+        out.append('<p class="note">No quality figures in the dataset.</p>')
+    return "".join(out)
+
+
+def _pareto_figure(F, j, card, bench, metric, qwhere, ckey, ctitle, cmetric, cwhere, lower, hib) -> str:
+    import matplotlib
+
+    cunit = j["unit_c"].dropna().iloc[0]
+    qunit = j["unit_q"].dropna().iloc[0]
+    xlab, xdiv = unit_axis(cunit, list(j["value_c"]))
+    ylab, ydiv = unit_axis(qunit, list(j["value_q"]))
+    pts = list(zip(j["value_c"].astype(float), j["value_q"].astype(float)))
+    front = pareto_front(pts, lower, hib)
+    fams = sorted(j["family"].unique())
+    kvs = sorted(j["kv"].unique())
+    colors = matplotlib.colormaps["tab10"].colors
+    fig, ax = F.new()
+    from matplotlib.lines import Line2D
+
+    statuses = set()
+    for _, r in j.iterrows():
+        color = colors[fams.index(r["family"]) % len(colors)]
+        st = r["status_q"] if r["status_q"] != "ok" else r["status_c"]
+        statuses.add(st)
+        _, filled = STATUS_MARK.get(st, ("o", True))
+        marker = "X" if st == "incomplete" else KV_MARKERS[kvs.index(r["kv"]) % len(KV_MARKERS)]
+        ax.errorbar([r["value_c"] / xdiv], [r["value_q"] / ydiv],
+                    xerr=None if _isnan(r["stderr_c"]) else [r["stderr_c"] / xdiv],
+                    yerr=None if _isnan(r["stderr_q"]) else [r["stderr_q"] / ydiv],
+                    fmt=marker, color=color, markerfacecolor=color if filled else "white", capsize=2,
+                    markersize=9 if marker == "X" else 6)
+    fx = [pts[i][0] / xdiv for i in front]
+    fy = [pts[i][1] / ydiv for i in front]
+    ax.step(fx, fy, where="post", color="black", linestyle=":", linewidth=1.2)
+    for i in front:
+        r = j.iloc[i]
+        ax.annotate(f"{r['rung']}" + (f"/{r['kv']}" if len(kvs) > 1 else ""), (pts[i][0] / xdiv, pts[i][1] / ydiv), textcoords="offset points",
+                    xytext=(4, 4), fontsize=7)
+    handles = [Line2D([], [], color=colors[k % len(colors)], marker="o", linestyle="none", label=f)
+               for k, f in enumerate(fams)]
+    handles += [Line2D([], [], color="0.3", marker=KV_MARKERS[k % len(KV_MARKERS)], linestyle="none", label=f"KV {kv}")
+                for k, kv in enumerate(kvs)]
+    handles += [Line2D([], [], color="black", linestyle=":", label="Pareto front")]
+    handles += _status_legend(ax, statuses)
+    ax.legend(handles=handles, loc="best")
+    ax.set_xlabel(f"{cmetric} ({xlab})" + (f" at {cwhere}" if cwhere else ""))
+    ax.set_ylabel(f"{metric} ({ylab})" + (f" at {qwhere}" if qwhere else ""))
+    ax.set_title(f"{card}: {bench} {metric} vs {ctitle}")
+    svg = F.svg(fig, f"Pareto front of {bench} {metric} against {cmetric}")
+    rows = []
+    for i in front:
+        r = j.iloc[i]
+        rows.append([esc(r["family"]), esc(r["rung"]), esc(r["kv"]), vcell(r["value_q"], r["stderr_q"], qunit),
+                     vcell(r["value_c"], r["stderr_c"], cunit), badge(r["status_q"])])
+    tid = f"pareto-{bench}-{metric}-{ckey}"
+    tbl = table(["family", "rung", "KV", f"{esc(metric)}", f"{esc(cmetric)}", "status"], rows, tid)
+    return (f'<figure class="plot" data-kind="pareto" data-benchmark="{esc(bench)}" data-metric="{esc(metric)}" '
+            f'data-cost="{esc(cmetric)}">{svg}<figcaption>Front (no point is both cheaper and better): '
+            f"</figcaption>{tbl}</figure>")
+
+
+# ------------------------------------------------------------------ sections
+
+def status_section(df: pd.DataFrame) -> str:
+    """Anchor status per benchmark: how many points ran ok, unanchored, blocked, ... and why."""
+    rows, classes = [], []
+    for b, g in df.groupby("benchmark"):
+        per_point = g.groupby(dv.POINT, dropna=False)["status"].agg(lambda s: _worst(s))
+        counts = per_point.value_counts()
+        reasons = sorted({r for r in g["status_reason"].dropna().unique() if r})
+        worst = _worst(per_point)
+        cells = [esc(b), badge(worst)] + [str(int(counts.get(s, 0))) for s in dv.STATUSES_ORDER]
+        cells.append("<br>".join(esc(r) for r in reasons) or "—")
+        rows.append(cells)
+        classes.append(f"st-row-{worst}")
+    headers = ["benchmark", "anchor status"] + [f"points {s}" for s in dv.STATUSES_ORDER] + ["reason"]
+    return table(headers, rows, "table-anchors", classes)
+
+
+def _worst(statuses) -> str:
+    order = {s: i for i, s in enumerate(dv.STATUSES_ORDER)}
+    vals = [s or "ok" for s in statuses]
+    return max(vals, key=lambda s: order.get(s, 0)) if vals else "ok"
+
+
+def points_table(df: pd.DataFrame, family: str) -> str:
+    """Per point: rung facts, then each benchmark's status and headline figure(s) with ±."""
+    fam = df[df["family"] == family]
+    pts = dv.point_table(fam)
+    benches = [b for b in sorted(fam["benchmark"].unique())]
+    heads = {b: (dv.headline_metrics(fam, b) if b not in dv.COST_BENCHMARKS else
+                 [m for m in dict.fromkeys(dv.whole(dv.figures(fam[fam["benchmark"] == b]))["metric"])
+                  if m not in dv.NOT_CURVES][:3])
+             for b in benches}
+    headers = ["rung", "KV", "bits per weight (bits)", "file size", "parameters"]
+    for b in benches:
+        headers.append(f"{esc(b)} status")
+        headers += [f"{esc(b)} {esc(m)}" for m in heads[b]]
+    rows, classes = [], []
+    for _, p in pts.iterrows():
+        g = fam[(fam["rung"] == p["rung"]) & (fam["kv"] == p["kv"])]
+        cells = [esc(p["rung"]) + (" <small>(reference)</small>" if p["is_reference"] else ""), esc(p["kv"]),
+                 "—" if _isnan(p["bits_per_weight"]) else f"{p['bits_per_weight']:.2f}",
+                 esc(dv.fmt_bytes(p["file_bytes"])),
+                 "—" if _isnan(p["n_params"]) else f"{int(p['n_params']):,}"]
+        for b in benches:
+            bg = g[g["benchmark"] == b]
+            st = _worst(bg["status"]) if not bg.empty else None
+            cells.append(badge(st) if st else "—")
+            for m in heads[b]:
+                r = dv.pick_ctx(dv.whole(dv.figures(bg[bg["metric"] == m])), None)
+                cells.append("—" if r is None else vcell(r["value"], r["stderr"], r["unit"])
+                             + ("" if _isnan(r["n_ctx"]) else f" <small>@{int(r['n_ctx'])}</small>"))
+        rows.append(cells)
+    return table(headers, rows, f"table-points-{family}")
+
+
+def values_table(df: pd.DataFrame, family: str, benchmark: str) -> str:
+    """Every figure of one benchmark for one family: long form, value ± stderr with its unit."""
+    g = dv.figures(df[(df["family"] == family) & (df["benchmark"] == benchmark)])
+    g = g.sort_values(["metric", "subset", "n_ctx", "bits_per_weight", "kv"], ascending=[True, True, True, False, True],
+                      na_position="first")
+    rows = [[esc(r["rung"]), esc(r["kv"]), esc(r["metric"]), esc(r["subset"] or "—"),
+             "—" if _isnan(r["n_ctx"]) else str(int(r["n_ctx"])), vcell(r["value"], r["stderr"], r["unit"]),
+             "—" if _isnan(r["n"]) else str(int(r["n"])), badge(r["status"])] for _, r in g.iterrows()]
+    classes = [f"st-row-{r['status']}" for _, r in g.iterrows()]
+    return table(["rung", "KV", "metric", "subset", "n_ctx (tokens)", "value ± stderr", "n", "status"], rows,
+                 f"table-values-{family}-{benchmark}", classes)
+
+
+def family_section(F: Figures, df: pd.DataFrame, family: str) -> str:
+    fam = df[df["family"] == family]
+    out = [f'<section class="family" id="family-{esc(family)}"><h3>{esc(family)}</h3>']
+    out.append("<h4>Points</h4>" + points_table(df, family))
+    figs = dv.figures(fam)
+    benches = [b for b in dv.task_benchmarks(fam)] + [b for b in dv.COST_BENCHMARKS if (fam["benchmark"] == b).any()]
+    for b in benches:
+        brows = figs[figs["benchmark"] == b]
+        st = _worst(fam[fam["benchmark"] == b]["status"])
+        out.append(f'<h4 id="{esc(family)}-{esc(b)}">{esc(b)} {badge(st)}</h4>')
+        if brows.empty:
+            reasons = "; ".join(sorted(set(fam[fam["benchmark"] == b]["status_reason"].dropna()))) or "no figures"
+            out.append(f'<p class="note">No figures: {esc(reasons)}</p>')
+            continue
+        metrics = [m for m in dict.fromkeys(brows["metric"]) if m not in dv.NOT_CURVES]
+        head = dv.headline_metrics(fam, b) if b not in dv.COST_BENCHMARKS else metrics
+        rest = [m for m in metrics if m not in head]
+        log.info("report: %s / %s: %d figures", family, b, len(metrics))
+
+        def fig(m):
+            svg = curve_figure(F, brows[brows["metric"] == m], family, b, m)
+            return (f'<figure class="plot" data-kind="curve" data-family="{esc(family)}" data-benchmark="{esc(b)}" '
+                    f'data-metric="{esc(m)}">{svg}</figure>')
+
+        out.append('<div class="grid">' + "".join(fig(m) for m in head) + "</div>")
+        if rest:
+            out.append(f"<details><summary>{len(rest)} more figures of {esc(b)}</summary><div class=\"grid\">"
+                       + "".join(fig(m) for m in rest) + "</div></details>")
+        out.append(f"<details><summary>all {esc(b)} values (table)</summary>{values_table(df, family, b)}</details>")
+    out.append("</section>")
+    return "".join(out)
+
+
+def degenerate_section(df: pd.DataFrame, card: str) -> str:
+    g = dv.figures(df[df["metric"].str.startswith("degenerate", na=False)])
+    if g.empty:
+        return ('<p class="note" id="degenerate-none">No degenerate-loop rows in the dataset for this card '
+                "(benchmarks write metrics named <code>degenerate_*</code>).</p>")
+    g = g.sort_values(["family", "benchmark", "bits_per_weight", "kv"], ascending=[True, True, False, True])
+    rows, classes = [], []
+    for _, r in g.iterrows():
+        of = "" if _isnan(r["n"]) else f" of {int(r['n'])}"
+        rows.append([esc(r["family"]), esc(r["rung"]), esc(r["kv"]), esc(r["benchmark"]), esc(r["metric"]),
+                     esc(r["subset"] or "—"), vcell(r["value"], r["stderr"], r["unit"]) + esc(of), badge(r["status"])])
+        classes.append(("loops " if r["value"] > 0 else "") + f"st-row-{r['status']}")
+    return table(["family", "rung", "KV", "benchmark", "metric", "subset", "loops", "status"], rows,
+                 f"table-degenerate-{card}", classes)
+
+
+def flips_section(df: pd.DataFrame, card: str) -> str:
+    g = dv.whole(dv.figures(df[df["metric"].isin(dv.FLIP_METRICS)]))
+    if g.empty:
+        return '<p class="note">No flip rows in the dataset for this card (flips need per-item verdicts).</p>'
+    rows, classes = [], []
+    g = g.sort_values(["family", "benchmark", "bits_per_weight", "kv"], ascending=[True, True, False, True])
+    for key, p in g.groupby(dv.POINT + ["benchmark"], dropna=False, sort=False):
+        _, family, rung, kv, bench = key
+        cells = [esc(family), esc(rung), esc(kv), esc(bench)]
+        for m in dv.FLIP_METRICS:
+            r = p[p["metric"] == m]
+            cells.append("—" if r.empty else vcell(r["value"].iloc[0], r["stderr"].iloc[0], r["unit"].iloc[0]))
+        n = p["n"].dropna()
+        cells.append("—" if n.empty else str(int(n.iloc[0])))
+        st = _worst(p["status"])
+        cells.append(badge(st))
+        rows.append(cells)
+        classes.append(f"st-row-{st}")
+    return table(["family", "rung", "KV", "benchmark", "flip rate", "right → wrong", "wrong → right", "items", "status"],
+                 rows, f"table-flips-{card}", classes)
+
+
+def manifest_section(df: pd.DataFrame, card: str) -> str:
+    cols = ["manifest_hash", "gguf_sha256", "data_hash", "harness_version", "llama_cpp_python", "libllama_sha256",
+            "card_name", "measured_at"]
+    g = df.groupby(dv.POINT + ["benchmark"], dropna=False).agg(
+        {**{c: "first" for c in cols}, "status": lambda s: _worst(s),
+         "status_reason": lambda s: "; ".join(sorted(set(x for x in s if x))),
+         "bits_per_weight": "max"}).reset_index()
+    g = g.sort_values(["family", "bits_per_weight", "kv", "benchmark"], ascending=[True, False, True, True])
+    rows, classes = [], []
+    for _, r in g.iterrows():
+        rows.append([esc(r["family"]), esc(r["rung"]), esc(r["kv"]), esc(r["benchmark"]), badge(r["status"]),
+                     esc(r["status_reason"] or "—"), short(r["manifest_hash"]), short(r["gguf_sha256"]),
+                     short(r["data_hash"]), esc(r["harness_version"]), esc(r["llama_cpp_python"]),
+                     short(r["libllama_sha256"]), esc(r["card_name"]), esc(r["measured_at"])])
+        classes.append(f"st-row-{r['status']}")
+    return table(["family", "rung", "KV", "benchmark", "status", "reason", "manifest hash", "GGUF sha256",
+                  "data hash", "harness", "llama-cpp-python", "libllama sha256", "card", "measured at (UTC)"],
+                 rows, f"table-manifest-{card}", classes)
+
+
+def identical_generations(df: pd.DataFrame, card_a: str, card_b: str) -> pd.DataFrame:
+    """Per (point, benchmark): items compared and items with the same generation on both cards."""
+    h = df[df["metric"] == "generation_hash"]
+    a = h[h["card"] == card_a]
+    b = h[h["card"] == card_b]
+    keys = ["family", "rung", "kv", "benchmark", "subset"]
+    j = a.merge(b, on=keys, suffixes=("_a", "_b"))
+    if j.empty:
+        return pd.DataFrame(columns=["family", "rung", "kv", "benchmark", "n_items", "n_identical"])
+    j["same"] = j["value_a"] == j["value_b"]
+    return (j.groupby(["family", "rung", "kv", "benchmark"]).agg(n_items=("same", "size"), n_identical=("same", "sum"))
+             .reset_index())
+
+
+def _share(k: int, n: int) -> str:
+    if n == 0:
+        return "—"
+    p = k / n
+    return f"{k}/{n} ({100 * p:.1f} ± {100 * math.sqrt(p * (1 - p) / n):.1f} %)"
+
+
+def crosscard_section(df: pd.DataFrame, card: str, others: list[str]) -> str:
+    out = ['<p>Each card\'s curves above use that card\'s figures only: the same configuration gives different '
+           "outputs on different cards. This view is shown because the dataset holds several cards. "
+           "Shares carry a binomial standard error; deltas carry the two standard errors combined.</p>"]
+    for other in others:
+        out.append(f"<h3>{esc(card)} vs {esc(other)}</h3>")
+        ident = identical_generations(df, card, other)
+        if ident.empty:
+            out.append('<p class="note">No per-item generation hashes (<code>generation_hash</code> rows) for points '
+                       "present on both cards: the identical-generation share cannot be computed.</p>")
+        else:
+            rows = []
+            for b, g in ident.groupby("benchmark"):
+                rows.append([esc(b), str(len(g)), _share(int(g["n_identical"].sum()), int(g["n_items"].sum()))])
+            out.append(table(["benchmark", "points on both cards", "identical generations"], rows,
+                             f"table-identical-{card}-{other}"))
+            rows = [[esc(r["family"]), esc(r["rung"]), esc(r["kv"]), esc(r["benchmark"]),
+                     _share(int(r["n_identical"]), int(r["n_items"]))] for _, r in ident.iterrows()]
+            out.append("<details><summary>per point</summary>" + table(
+                ["family", "rung", "KV", "benchmark", "identical generations"], rows,
+                f"table-identical-points-{card}-{other}") + "</details>")
+        figs = dv.whole(dv.figures(df))
+        a = figs[figs["card"] == card]
+        b = figs[figs["card"] == other]
+        keys = ["family", "rung", "kv", "benchmark", "metric", "n_ctx"]
+        j = a.merge(b, on=keys, suffixes=("_a", "_b"))
+        if j.empty:
+            out.append('<p class="note">No figures measured on both cards.</p>')
+            continue
+        rows = []
+        for _, r in j.sort_values(keys).iterrows():
+            d = r["value_b"] - r["value_a"]
+            se = (math.sqrt(r["stderr_a"] ** 2 + r["stderr_b"] ** 2)
+                  if not (_isnan(r["stderr_a"]) or _isnan(r["stderr_b"])) else None)
+            rows.append([esc(r["family"]), esc(r["rung"]), esc(r["kv"]), esc(r["benchmark"]), esc(r["metric"]),
+                         "—" if _isnan(r["n_ctx"]) else str(int(r["n_ctx"])),
+                         vcell(r["value_a"], r["stderr_a"], r["unit_a"]), vcell(r["value_b"], r["stderr_b"], r["unit_b"]),
+                         vcell(d, se, r["unit_a"])])
+        out.append(f"<details><summary>{len(rows)} figures measured on both cards (deltas)</summary>" + table(
+            ["family", "rung", "KV", "benchmark", "metric", "n_ctx", esc(card), esc(other), f"Δ ({esc(other)} − {esc(card)})"],
+            rows, f"table-deltas-{card}-{other}") + "</details>")
+    return "".join(out)
+
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:1400px;padding:0 16px 48px;
+color:#1b1b1b;line-height:1.4}
+h1{font-size:1.5rem}h2{border-bottom:2px solid #ddd;padding-bottom:4px;margin-top:2rem}
+.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(100%,440px),1fr));gap:12px}
+figure.plot{margin:0;border:1px solid #e3e3e3;border-radius:6px;padding:6px;background:#fff}
+svg.plot-svg{width:100%;height:auto;display:block}
+.tablewrap{overflow-x:auto;margin:8px 0}
+table{border-collapse:collapse;font-size:.82rem}
+th,td{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top;white-space:nowrap}
+th{background:#f4f4f4;position:sticky;top:0}
+.badge{display:inline-block;padding:0 6px;border-radius:8px;font-size:.75rem;font-weight:600;border:1px solid}
+.st-ok{background:#e7f6e7;color:#1d6b1d}.st-unanchored{background:#fff;color:#8a5a00;border-style:dashed}
+.st-incomplete{background:#fff4d6;color:#8a5a00}.st-blocked,.st-failed{background:#fde4e4;color:#a11}
+tr.st-row-unanchored td{background:#fffdf5}tr.st-row-incomplete td{background:#fff8e6}
+tr.st-row-blocked td,tr.st-row-failed td{background:#fff0f0}tr.loops td{font-weight:600}
+.note{color:#555;font-style:italic}.warn{background:#fff4d6;border:1px solid #e8c66a;padding:8px;border-radius:6px}
+nav ul{columns:3;font-size:.9rem}details{margin:6px 0}summary{cursor:pointer;color:#234}
+"""
+
+
+def _legend_html() -> str:
+    return ('<p>Markers: <b>●</b> ok; <b>○</b> (hollow) <span class="badge st-unanchored">unanchored</span>: '
+            'no anchor reproduced on this card, so the harness is unchecked; <b>✕</b> '
+            '<span class="badge st-incomplete">incomplete</span>: the budget ran out before every item ran. '
+            '<span class="badge st-blocked">blocked</span> points have no figures (the anchor gate failed). '
+            "Error bars are ± one standard error (or the sd over repetitions where the metric says so).</p>")
+
+
+def card_section(F: Figures, df: pd.DataFrame, card: str) -> str:
+    d = df[df["card"] == card]
+    names = ", ".join(sorted(set(d["card_name"].dropna())))
+    pts = dv.point_table(d)
+    out = [f'<section class="card" id="card-{esc(card)}"><h2>Card {esc(card)}</h2>',
+           f"<p>{esc(names) or 'card name not recorded'} · {len(pts)} points · "
+           f"{d['family'].nunique()} families · {d['benchmark'].nunique()} benchmarks · {len(d)} rows</p>"]
+    flagged = d[d["status"].isin(("unanchored", "incomplete"))].groupby("status").apply(
+        lambda g: g.groupby(dv.POINT).ngroups, include_groups=False) if not d.empty else {}
+    if len(flagged):
+        out.append('<p class="warn">' + "; ".join(f"{int(n)} points have {badge(s)} figures" for s, n in flagged.items())
+                   + ": read them with that in mind.</p>")
+    out.append(f'<h2 id="anchors-{esc(card)}">Anchor status per benchmark</h2>' + status_section(d))
+    out.append(f'<h2 id="curves-{esc(card)}">Curves per family (this card only)</h2>' + _legend_html())
+    for fam in sorted(d["family"].dropna().unique()):
+        log.info("report: card %s, family %s", card, fam)
+        out.append(family_section(F, d, fam))
+    log.info("report: card %s, Pareto fronts", card)
+    out.append(f'<h2 id="pareto-{esc(card)}">Pareto fronts across families</h2>'
+               "<p>Each quality figure against a cost; the dotted step is the front (points no other point beats "
+               "on both). Perplexity figures are relative to each family's own reference: compare families on task "
+               "benchmarks.</p>" + pareto_section(F, d, card))
+    out.append(f'<h2 id="degenerate-{esc(card)}">Degenerate repetition loops</h2>' + degenerate_section(d, card))
+    out.append(f'<h2 id="flips-{esc(card)}">Flips against the reference rung</h2>' + flips_section(d, card))
+    out.append(f'<h2 id="manifest-{esc(card)}">Manifests (per point and benchmark)</h2>' + manifest_section(d, card))
+    out.append("</section>")
+    return "".join(out)
+
+
+def render(df: pd.DataFrame, card: str | None = None, source: str = "points.parquet") -> str:
+    """The report's HTML for ``card`` (None: every card in the dataset, one section each)."""
+    cards = sorted(df["card"].dropna().unique())
+    if card is not None and card not in cards:
+        raise DataError(f"card {card!r} is not in the dataset (cards: {cards})")
+    shown = [card] if card else cards
+    F = Figures()
+    title = f"quantladder report: {', '.join(shown)}"
+    toc = []
+    for c in shown:
+        toc += [f'<li><a href="#anchors-{esc(c)}">{esc(c)}: anchor status</a></li>',
+                f'<li><a href="#curves-{esc(c)}">{esc(c)}: curves per family</a></li>',
+                f'<li><a href="#pareto-{esc(c)}">{esc(c)}: Pareto fronts</a></li>',
+                f'<li><a href="#degenerate-{esc(c)}">{esc(c)}: degenerate loops</a></li>',
+                f'<li><a href="#flips-{esc(c)}">{esc(c)}: flips</a></li>',
+                f'<li><a href="#manifest-{esc(c)}">{esc(c)}: manifests</a></li>']
+    body = [f"<h1>{esc(title)}</h1>",
+            f"<p>Built from <code>{esc(source)}</code> alone ({len(df)} rows). Every figure carries its unit; "
+            "± is one standard error.</p>"]
+    if len(cards) > 1:
+        toc.append('<li><a href="#crosscard">cross-card view</a></li>')
+    body.append("<nav><ul>" + "".join(toc) + "</ul></nav>")
+    for c in shown:
+        body.append(card_section(F, df, c))
+    if len(cards) > 1:
+        body.append('<section id="crosscard"><h2>Cross-card view</h2>')
+        pairs = [(c, [o for o in cards if o != c]) for c in shown] if card else [(cards[0], cards[1:])]
+        for c, others in pairs:
+            body.append(crosscard_section(df, c, others))
+        body.append("</section>")
+    log.info("report: %d figures", F.n)
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{esc(title)}</title><style>{CSS}</style></head><body>" + "".join(body) + "</body></html>\n")
+
+
+def build(points_parquet: str | Path, out_html: str | Path, card: str | None = None) -> Path:
+    """Write the HTML report for ``card`` (None: all cards) from the dataset at ``points_parquet``."""
+    df = dv.load(points_parquet)
+    if df.empty:
+        raise DataError(f"dataset {points_parquet} holds no rows: nothing to report")
+    text = render(df, card, source=str(points_parquet))
+    with atomic_path(out_html) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    log.info("report: wrote %s", out_html)
+    return Path(out_html)
