@@ -89,8 +89,9 @@ SelectTypeParameters=CR_Core_Memory
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
-# squeue-based status needs finished jobs to stay visible (>= 3x the plugin's init interval).
-MinJobAge=300
+# squeue-based status needs finished jobs to stay visible (>= 3x the plugin's init interval);
+# the tests also read partitions of finished jobs from `squeue -t all`, so keep them an hour.
+MinJobAge=3600
 ReturnToService=2
 SchedulerType=sched/backfill
 SchedulerParameters=bf_interval=1,sched_min_interval=100000
