@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs once inside the freshly created envs/cuda.yaml env (Snakemake post-deploy script):
+# rebuilds llama-cpp-python 0.3.36 from source with the CUDA backend. The site sets the CUDA
+# architectures of its cards (compute capability × 10, ';'-separated), e.g.
+#   export QUANTLADDER_CUDA_ARCHITECTURES="80;90"    # A100 + H100/H200
+# Without it the build targets "native": the card of the machine that builds (a GPU node).
+set -euo pipefail
+ARCHS=${QUANTLADDER_CUDA_ARCHITECTURES:-native}
+CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${ARCHS}" \
+  pip install --no-binary llama-cpp-python "llama-cpp-python==0.3.36" --force-reinstall --no-deps --no-cache-dir
+python - <<'PY'
+import llama_cpp
+info = llama_cpp.llama_print_system_info().decode()
+assert "CUDA" in info, f"llama-cpp-python was not built with CUDA: {info}"
+print("llama-cpp-python CUDA build:", info.split("|")[0])
+PY
