@@ -22,7 +22,8 @@ def extract_code(reply: str, entry_point: str | None = None) -> str:
     head = reply.split("```", 1)[0]
     if head.strip():
         return head.rstrip() + "\n"
-    blocks = [m.group(2) for m in _FENCE.finditer(reply[len(head):])]
+    rest = reply[len(head) + 3:]  # past the fence that closed the (empty) opened block
+    blocks = [m.group(2) for m in _FENCE.finditer(rest)]
     for b in blocks:
         if entry_point and re.search(rf"\bdef\s+{re.escape(entry_point)}\s*\(", b):
             return b.rstrip() + "\n"

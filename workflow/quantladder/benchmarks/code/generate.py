@@ -43,8 +43,12 @@ def _has_torn_tail(path: Path) -> bool:
 
 
 def generate_items(engine, items: Iterable, out_path: str | os.PathLike, *, spec: str, max_new_tokens: int = 1280,
-                   progress: Callable[[int, int], None] | None = None) -> dict:
-    """Generate every item not yet in ``out_path``; returns counts."""
+                   progress: Callable[[int, int], None] | None = None, budget=None) -> dict:
+    """Generate every item not yet in ``out_path``; returns counts.
+
+    ``budget`` (quantladder.budget.Budget) is asked before each item; when the job's time is up it
+    raises BudgetReached, and what was generated stays for the rerun to resume from.
+    """
     items = list(items)
     done = resume_state(out_path, spec)
     todo = [it for it in items if it.item_id not in done]
@@ -54,8 +58,14 @@ def generate_items(engine, items: Iterable, out_path: str | os.PathLike, *, spec
         return engine.chat_prompt(msgs, add_generation_prompt=False)
 
     for i, item in enumerate(todo):
+        if budget is not None:
+            budget.check(done=len(items) - len(todo) + i, total=len(items))
         prompt = prompts.chat_prompt(render, item.prompt, prompts.split_of(item))
-        gen = engine.generate(prompt, max_tokens=max_new_tokens, stop=prompts.STOP)
+        if budget is not None:
+            with budget.item():
+                gen = engine.generate(prompt, max_tokens=max_new_tokens, stop=prompts.STOP)
+        else:
+            gen = engine.generate(prompt, max_tokens=max_new_tokens, stop=prompts.STOP)
         code = extract_code(gen.text, item.entry_point)
         append_jsonl(out_path, {
             "item_id": item.item_id, "task_id": item.task_id, "subset": item.subset, "spec": spec,

@@ -1,0 +1,233 @@
+"""Code benchmarks: prompts, extraction, resume, data sources, and sandboxed scoring of the suites
+(HumanEval's canonical solutions, a BigCodeBench-format fixture in its hub layout)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from quantladder import sandbox
+from quantladder.benchmarks.code import data, extract, generate, prompts, score
+from quantladder.io import append_jsonl, read_jsonl
+
+REPO = Path(__file__).resolve().parents[1]
+BCB_FIXTURE = REPO / "tests" / "fixtures" / "code" / "bigcodebench_hard_tiny.jsonl"
+FAST = score.ScoreSettings(limits=sandbox.Limits(wall_s=10, cpu_s=10))
+
+
+# -- prompting --------------------------------------------------------------------------------
+
+def _render(msgs):
+    """A stand-in chat template (ChatML-like) that renders every turn, as GGUF templates do."""
+    return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in msgs)
+
+
+def test_prompt_follows_bigcodebench_protocol():
+    p = prompts.chat_prompt(_render, "def f(x):\n    '''doc'''\n", "complete")
+    assert p.startswith("<|im_start|>user\n" + prompts.INSTRUCTION_PREFIX + "\n```\ndef f(x):")
+    # The assistant turn is open: the response prefix, then an opened python block, nothing after.
+    assert p.endswith("<|im_start|>assistant\n" + prompts.RESPONSE_PREFIX + "\n```python\n")
+    q = prompts.chat_prompt(_render, "Write f.", "instruct")
+    assert "\nWrite f.\n" in q and "```\nWrite" not in q
+    with pytest.raises(ValueError):
+        prompts.messages("x", "chat")
+
+
+def test_prompt_through_the_gguf_chat_template(smollm_q8):
+    from quantladder.engine import Engine, EngineSettings
+
+    with Engine(str(smollm_q8), EngineSettings(n_ctx=512)) as eng:
+        p = prompts.chat_prompt(lambda m: eng.chat_prompt(m, add_generation_prompt=False), "def f():\n", "complete")
+    assert p.endswith("```python\n") and prompts.SPLITTER not in p
+    assert prompts.INSTRUCTION_PREFIX in p and p.index(prompts.INSTRUCTION_PREFIX) < p.index(prompts.RESPONSE_PREFIX)
+
+
+# -- extraction -------------------------------------------------------------------------------
+
+def test_extract_code_from_fences():
+    assert extract.extract_code("def f():\n    return 1\n```\nThis works because") == "def f():\n    return 1\n"
+    reply = "\n```\nSure! Here it is:\n```python\nimport os\n\ndef g():\n    pass\n```\n"
+    assert extract.extract_code(reply, "g") == "import os\n\ndef g():\n    pass\n"
+    assert extract.extract_code("", "g") == ""
+
+
+def test_sanitize_keeps_entry_point_and_its_needs():
+    code = ("import math\nK = 3\n\ndef helper(x):\n    return x * K\n\ndef unused():\n    pass\n\n"
+            "def f(x):\n    return helper(math.floor(x))\n\nprint(f(2))\nassert f(1) == 3\n"
+            "if __name__ == '__main__':\n    f(0)\n")
+    clean, defines = extract.sanitize(code, "f")
+    assert defines
+    assert "def helper" in clean and "K = 3" in clean and "import math" in clean
+    assert "unused" not in clean and "print(" not in clean and "__main__" not in clean
+    # Unparsable tails are cut to the longest parsable prefix.
+    clean, defines = extract.sanitize("def f(x):\n    return x\n\ndef g(:\n", "f")
+    assert defines and "def g" not in clean
+
+
+def test_humaneval_completion_full_function_or_body():
+    item = data.load_humaneval(limit=1)[0]
+    full = "from typing import List\n\ndef has_close_elements(numbers, threshold):\n    return False\n"
+    comp = extract.humaneval_completion(item.prefix, full, item.entry_point)
+    assert comp.startswith("\n") and "def has_close_elements" in comp
+    body = "    return False\n"
+    assert extract.humaneval_completion(item.prefix, body, item.entry_point) == body
+    prog = extract.humaneval_program(item.prefix, body, item.test, item.entry_point)
+    assert prog.endswith("check(has_close_elements)")
+
+
+# -- resume -----------------------------------------------------------------------------------
+
+class _FakeEngine:
+    def __init__(self):
+        self.calls = 0
+
+    def chat_prompt(self, msgs, add_generation_prompt=True):
+        return _render(msgs)
+
+    def generate(self, prompt, max_tokens, stop=()):
+        from quantladder.engine import Generation
+
+        self.calls += 1
+        return Generation(text="    return None\n```\n", n_prompt_tokens=10, n_gen_tokens=5, finish_reason="stop",
+                          seconds=0.01)
+
+
+def test_generation_resumes_and_drops_other_specs(tmp_path):
+    items = data.load_humaneval(limit=4)
+    out = tmp_path / "generations.jsonl"
+    append_jsonl(out, {"item_id": items[0].item_id, "spec": "old", "code": ""})
+    append_jsonl(out, {"item_id": items[1].item_id, "spec": "new", "code": "x"})
+    with open(out, "a") as f:
+        f.write('{"item_id": "HumanEval/2", "spe')  # a job killed mid-write
+    eng = _FakeEngine()
+    counts = generate.generate_items(eng, items, out, spec="new", max_new_tokens=8)
+    assert counts == {"n_items": 4, "n_resumed": 1, "n_generated": 3} and eng.calls == 3
+    recs = read_jsonl(out)
+    assert [r["item_id"] for r in recs] == [items[i].item_id for i in (1, 0, 2, 3)]
+    assert all(r["spec"] == "new" for r in recs)
+    assert recs[1]["code"] == "    return None\n" and recs[1]["degenerate"] is False
+    assert generate.generate_items(eng, items, out, spec="new")["n_generated"] == 0 and eng.calls == 3
+
+
+def test_generation_module_never_imports_the_executor():
+    src = (REPO / "workflow/quantladder/benchmarks/code/generate.py").read_text()
+    assert "sandbox" not in src.split('"""', 2)[2] and "score" not in src.split('"""', 2)[2]
+
+
+# -- data sources -----------------------------------------------------------------------------
+
+def test_bigcodebench_items_from_local_jsonl_and_parquet(tmp_path):
+    items = data.load_bigcodebench_hard({"path": str(BCB_FIXTURE)}, splits=["instruct", "complete"])
+    assert [i.item_id for i in items][:2] == ["instruct:BigCodeBench/9001", "instruct:BigCodeBench/9002"]
+    assert Counter(i.subset for i in items) == {"instruct": 3, "complete": 3}
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    recs = [json.loads(line) for line in BCB_FIXTURE.read_text().splitlines()]
+    pq.write_table(pa.Table.from_pylist(recs), tmp_path / "x.parquet")
+    again = data.load_bigcodebench_hard({"path": str(tmp_path / "x.parquet")}, splits=["complete"], limit=2)
+    assert [i.task_id for i in again] == ["BigCodeBench/9001", "BigCodeBench/9002"]
+    with pytest.raises(Exception, match="splits"):
+        data.load_bigcodebench_hard({"path": str(BCB_FIXTURE)}, splits=["chat"])
+
+
+def test_bigcodebench_from_the_hub_cache_layout(tmp_path, monkeypatch):
+    """The hub path, offline, against a cache laid out as huggingface_hub lays it out."""
+    import huggingface_hub.constants as hc
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())["benchmarks"]["bigcodebench_hard"]
+    hf = cfg["source"]["hf"]
+    rev = hf["revision"]
+    snap = tmp_path / "datasets--bigcode--bigcodebench-hard" / "snapshots" / rev
+    (snap / Path(hf["filename"]).parent).mkdir(parents=True)
+    recs = [json.loads(line) for line in BCB_FIXTURE.read_text().splitlines()]
+    pq.write_table(pa.Table.from_pylist(recs), snap / hf["filename"])
+    monkeypatch.setattr(hc, "HF_HUB_OFFLINE", True)
+    items = data.load_bigcodebench_hard(cfg["source"], splits=cfg["splits"], cache_dir=str(tmp_path))
+    assert len(items) == 6 and items[0].subset == "instruct"
+    info = data.bcb_info(cfg["source"], cache_dir=str(tmp_path))
+    assert len(info["sha256"]) == 64
+
+
+def test_config_sections_match_their_schemas():
+    import jsonschema
+
+    cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())["benchmarks"]
+    for name in ("humaneval", "bigcodebench_hard"):
+        schema = yaml.safe_load((REPO / f"config/schemas/{name}.schema.yaml").read_text())
+        jsonschema.validate(cfg[name], schema)
+    assert cfg["humaneval"]["enabled"] and cfg["humaneval"]["limit"]
+    assert not cfg["bigcodebench_hard"]["enabled"]
+    anchors = yaml.safe_load((REPO / "config/anchors.yaml").read_text())["anchors"]
+    bcb = [a for a in anchors if a["benchmark"] == "bigcodebench_hard"]
+    assert bcb and bcb[0]["published"] == 20.3 and bcb[0]["subset"] == "instruct"
+
+
+# -- sandboxed scoring ------------------------------------------------------------------------
+
+def test_humaneval_canonical_solutions_all_pass_empty_bodies_all_fail():
+    items = data.load_humaneval()
+    assert len(items) == 164
+    canon = [{"item_id": i.item_id, "code": i.prompt + i.extra["canonical_solution"]} for i in items]
+    v = score.score_generations(items, canon, FAST, threads=2)
+    assert [x["item_id"] for x in v if not x["correct"]] == []
+    empty = [{"item_id": i.item_id, "code": ""} for i in items]
+    v = score.score_generations(items, empty, FAST, threads=2)
+    assert not any(x["correct"] for x in v)
+    assert set(x["error_type"] for x in v) <= {"test_failure", "runtime_error"}
+
+
+def test_bigcodebench_fixture_scores_in_the_sandbox():
+    items = data.load_bigcodebench_hard({"path": str(BCB_FIXTURE)}, splits=["instruct", "complete"])
+    # Replies as a chat model writes them: the whole script, imports included.
+    canon = [{"item_id": i.item_id, "code": i.prefix + i.extra["canonical_solution"]} for i in items]
+    v = score.score_generations(items, canon, FAST, threads=2)
+    assert all(x["correct"] for x in v), [x for x in v if not x["correct"]]
+    wrong = [{"item_id": i.item_id, "code": i.prefix + "    return 0\n"} for i in items]
+    v = score.score_generations(items, wrong, FAST, threads=2)
+    assert not any(x["correct"] for x in v)
+    assert Counter(x["error_type"] for x in v)["test_failure"] >= 4
+    syntax = [{"item_id": items[0].item_id, "code": "def task_func(text:\n    return 1\n"}]
+    assert score.score_generations(items, syntax, FAST)[0]["error_type"] in ("syntax", "test_failure")
+    rows = score.metric_rows(v)
+    overall = [r for r in rows if r["metric"] == "pass_at_1" and r["subset"] is None][0]
+    assert overall["value"] == 0.0 and overall["n"] == 6 and overall["unit"] == "%"
+    assert {r["subset"] for r in rows} == {None, "instruct", "complete"}
+
+
+def test_syntax_errors_are_labelled():
+    items = data.load_humaneval(limit=1)
+    r = score.run_program("def f(:\n", "script", FAST)
+    assert r == {**r, "passed": False, "error_type": "syntax"}
+    assert items
+
+
+def test_scoring_refuses_without_a_sandbox(tmp_path, monkeypatch):
+    """No backend: the scoring rule stops with install instructions; nothing runs unsandboxed."""
+    from types import SimpleNamespace
+
+    from quantladder.benchmarks.code import score_point
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap anywhere
+    sandbox._probe_cache.clear()
+    done = tmp_path / "generations.done.json"
+    done.write_text(json.dumps({"complete": True, "item_ids": []}))
+    info = tmp_path / "rung.gguf.json"
+    info.write_text(json.dumps({"sha256": "0" * 64, "info": {}}))
+    smk = SimpleNamespace(
+        wildcards=SimpleNamespace(card="c", family="f", rung="Q8_0", kv="f16", suite="humaneval"),
+        input=SimpleNamespace(done=str(done), info=str(info), gguf="x.gguf", anchor=None),
+        output=SimpleNamespace(metrics=str(tmp_path / "metrics.json"), verdicts=str(tmp_path / "verdicts.jsonl")),
+        config={"benchmarks": {"humaneval": {"enabled": True}}, "threads": 1}, threads=1, rule="score_code",
+        params=SimpleNamespace(spec="s"))
+    with pytest.raises(sandbox.SandboxUnavailable, match="apt-get install bubblewrap"):
+        score_point.run(smk, REPO)
+    assert not (tmp_path / "verdicts.jsonl").exists()
+    shutil.rmtree(tmp_path, ignore_errors=True)
