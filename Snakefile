@@ -2,7 +2,12 @@
 # Thin on purpose: config, includes, and the default target. The logic lives in workflow/quantladder.
 
 
-configfile: "config/config.yaml"
+import os
+
+
+# The default config sits beside this Snakefile, so `--directory elsewhere` works too;
+# `--configfile` (and `--config`) on the command line override it.
+configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 
 include: "rules/common.smk"

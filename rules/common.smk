@@ -12,6 +12,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 import quantladder.config as qconfig
 import quantladder.manifest as qmanifest
+import quantladder.anchors as qanchors
 from quantladder import card as qcard
 
 
@@ -151,16 +152,57 @@ def get_anchor_status(measure):
     return _anchor
 
 
+def get_reference_info(wildcards):
+    return get_reference_gguf(wildcards) + ".json"
+
+
 def get_reference_logits(wildcards):
-    """Every rung but the reference compares against the reference's stored log-probs."""
+    """Every point (the reference too, as a check) is compared with the reference rung's stored
+    log-probs, taken with an f16 KV cache: KLD then includes what KV quantization costs."""
     ppl = config["measures"]["perplexity"]
     if not ppl.get("kld", True):
         return []
-    ref = qconfig.reference_rung(config, wildcards.family)
     return (
         f"results/{wildcards.card}/reference_logits/{wildcards.family}/"
-        f"{ppl['corpus']}-n{ppl['n_ctx']}-{wildcards.kv}.qlogits"
+        f"{ppl['corpus']}-n{ppl['n_ctx']}.qlogits"
     )
+
+
+def get_reference_logits_spec(wildcards):
+    ppl = dict(config["measures"]["perplexity"])
+    ppl.pop("enabled", None)
+    ppl.pop("kld", None)
+    fam = config["families"][wildcards.family]
+    return qmanifest.hash_obj(
+        {
+            "perplexity": ppl,
+            "source": fam["source"],
+            "sha256": fam.get("sha256"),
+            "corpus": config["corpora"].get(wildcards.corpus),
+            "gpu_layers": config.get("gpu_layers", 0),
+            "llama_cpp_python": qmanifest._version("llama_cpp_python"),
+            "harness": qmanifest.HARNESS_VERSION,
+        }
+    )[:16]
+
+
+def anchors_file():
+    """The anchors file; a relative path is taken from the workflow's directory."""
+    p = Path(config["anchors"])
+    return p if p.is_absolute() else Path(workflow.basedir) / p
+
+
+def get_anchor_spec(wildcards):
+    """Only this benchmark's anchor entries and settings decide its gate (not the whole file)."""
+    entries = qanchors.load_entries(anchors_file())
+    mine = [e for e in entries if e["benchmark"] == wildcards.benchmark]
+    return qmanifest.hash_obj(
+        {
+            "entries": mine,
+            "settings": qmanifest.benchmark_settings(config, wildcards.benchmark),
+            "harness": qmanifest.HARNESS_VERSION,
+        }
+    )[:16]
 
 
 def mem_mb_from_input(factor, overhead_mb=None):

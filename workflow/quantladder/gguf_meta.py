@@ -97,7 +97,8 @@ def read_info(path: str | os.PathLike) -> GGUFInfo:
     try:
         reader = gguf.GGUFReader(str(p), "r")
     except Exception as e:  # gguf raises ValueError/IndexError/struct errors on bad headers
-        raise ModelFileError(f"{p}: unreadable GGUF ({type(e).__name__}: {e})") from e
+        # gguf maps tensor data while parsing, so a cut-off file fails here
+        raise ModelFileError(f"{p}: unreadable or truncated GGUF ({size} bytes; {type(e).__name__}: {e})") from e
     tensors = reader.tensors
     if not tensors:
         raise ModelFileError(f"{p}: GGUF holds no tensors")

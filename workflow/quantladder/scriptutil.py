@@ -10,13 +10,28 @@ import traceback
 from .errors import QuantladderError
 
 log = logging.getLogger("quantladder")
+_saved_stderr_fd: int | None = None
+
+
+def console(msg: str) -> None:
+    """A line for the person watching Snakemake (the real stderr), besides the log."""
+    if _saved_stderr_fd is not None:
+        os.write(_saved_stderr_fd, (msg + "\n").encode())
+    else:
+        print(msg, file=sys.__stderr__)
 
 
 def start(snakemake) -> logging.Logger:
     """Send this script's stderr and logging to the rule's log (progress stays visible there)."""
     if snakemake.log:
         os.makedirs(os.path.dirname(snakemake.log[0]) or ".", exist_ok=True)
-        sys.stderr = open(snakemake.log[0], "w", buffering=1)
+        logf = open(snakemake.log[0], "w", buffering=1)
+        # llama.cpp writes to file descriptor 2 directly: point it at the log as well.
+        sys.__stderr__.flush()
+        global _saved_stderr_fd
+        _saved_stderr_fd = os.dup(2)
+        os.dup2(logf.fileno(), 2)
+        sys.stderr = logf
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     return log
@@ -30,7 +45,7 @@ def main(fn, snakemake) -> None:
     except QuantladderError as e:
         msg = f"rule {snakemake.rule}: {e}"
         log.error(msg)
-        print(msg, file=sys.__stderr__)
+        console(msg)
         sys.exit(1)
     except Exception:
         log.error("rule %s failed:\n%s", snakemake.rule, traceback.format_exc())

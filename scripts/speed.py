@@ -1,0 +1,23 @@
+"""Rule speed: pp/tg tokens per second with llama-bench's protocol (mean ± sd over repetitions)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
+
+from quantladder import points  # noqa: E402
+from quantladder.measures import speed  # noqa: E402
+from quantladder.scriptutil import main  # noqa: E402
+
+
+def run(smk):
+    pt = points.from_snakemake(smk, "speed")
+    s = smk.config["measures"]["speed"]
+    res = speed.measure(pt.model_path, n_prompt=s["n_prompt"], n_gen=s["n_gen"], repetitions=s["repetitions"],
+                        n_batch=s["n_batch"], n_ubatch=s["n_ubatch"], n_threads=pt.threads, kv=pt.kv,
+                        n_gpu_layers=pt.config.get("gpu_layers", 0), flash_attn=pt.config.get("flash_attn"))
+    engine = next(iter(res.values()))["engine"] if res else {}
+    pt.write_metrics(smk.output.metrics, speed.metric_rows(res), engine=engine, extra={"raw": res})
+
+
+main(run, snakemake)

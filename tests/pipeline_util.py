@@ -1,0 +1,66 @@
+"""Helpers to run the real workflow in a scratch directory with a small config."""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+
+def small_config(rungs=("Q8_0", "Q4_K_M", "Q2_K"), benchmarks_on=()) -> dict:
+    """The default config, made small: few chunks, short speed tests, every task benchmark off
+    unless named (the default configfile is deep-merged under it, so everything is explicit)."""
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg = copy.deepcopy(cfg)
+    fam = next(iter(cfg["families"]))
+    cfg["families"] = {fam: {**cfg["families"][fam], "rungs": list(rungs)}}
+    cfg["threads"] = 2
+    cfg["measures"]["perplexity"].update({"n_ctx": 256, "n_batch": 1024, "max_chunks": 4})
+    cfg["measures"]["speed"].update({"n_prompt": 64, "n_gen": 16, "repetitions": 2})
+    cfg["measures"]["memory"].update({"n_ctx": 512})
+    for name, section in (cfg.get("benchmarks") or {}).items():
+        section["enabled"] = name in benchmarks_on
+    cfg["anchors"] = str(REPO / "config" / "anchors.yaml")
+    return cfg
+
+
+def write_config(workdir: Path, cfg: dict) -> Path:
+    p = workdir / "test-config.yaml"
+    p.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return p
+
+
+def snakemake(workdir: Path, *args: str, config: Path | None = None, timeout: int = 1200,
+              check: bool = True) -> subprocess.CompletedProcess:
+    cmd = [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir), "--cores", "2"]
+    if config:
+        cmd += ["--configfile", str(config)]
+    cmd += list(args)
+    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow")}
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    if check and r.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed ({r.returncode}):\n{r.stdout[-4000:]}\n{r.stderr[-6000:]}")
+    return r
+
+
+def planned_jobs(dry_run_output: str) -> list[tuple[str, dict]]:
+    """(rule, wildcards) of every job a dry run lists."""
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", dry_run_output):
+        m = re.match(r"(?:local)?rule (\w+):", block.strip())
+        if not m:
+            continue
+        wc = {}
+        w = re.search(r"wildcards: (.*)", block)
+        if w:
+            wc = dict(kv.split("=", 1) for kv in w.group(1).split(", "))
+        jobs.append((m.group(1), wc))
+    return jobs

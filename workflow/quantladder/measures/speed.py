@@ -1,0 +1,96 @@
+"""Prompt-processing and generation speed with llama-bench's protocol.
+
+llama-bench (llama.cpp tools/llama-bench): each test gets a context of n_prompt + n_gen tokens;
+one warm-up run (a prompt of n_prompt tokens, one generated token), then per repetition the
+memory is cleared and the timed part runs: pp = n_prompt random tokens decoded in n_batch pieces
+(the first is BOS when the vocab adds one); tg = n_gen single-token decodes. Reported:
+tokens/s = n_tokens / t per repetition, mean ± sd over repetitions.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from ..dataset import metric_row
+
+
+def _prompt(ctx, n_tokens: int, n_batch: int, rng) -> None:
+    done = 0
+    while done < n_tokens:
+        n = min(n_batch, n_tokens - done)
+        toks = rng.integers(0, ctx.n_vocab, size=n, dtype=np.int32)
+        if done == 0 and ctx.add_bos:
+            toks[0] = ctx.bos
+        pos = np.arange(done, done + n, dtype=np.int32)
+        mask = np.zeros(n, dtype=np.int8)
+        mask[-1] = 1
+        ctx.decode(toks, pos, np.zeros(n, dtype=np.int32), mask)
+        done += n
+    ctx.synchronize()
+
+
+def _gen(ctx, n_tokens: int, start_pos: int, rng) -> None:
+    tok = np.array([ctx.bos if ctx.add_bos else int(rng.integers(0, ctx.n_vocab))], dtype=np.int32)
+    one = np.ones(1, dtype=np.int8)
+    zero = np.zeros(1, dtype=np.int32)
+    for i in range(n_tokens):
+        ctx.decode(tok, np.array([start_pos + i], dtype=np.int32), zero, one)
+        ctx.synchronize()
+        tok[0] = rng.integers(0, ctx.n_vocab)
+
+
+def run_test(model_path: str, *, n_prompt: int, n_gen: int, repetitions: int, n_batch: int = 2048,
+             n_ubatch: int = 512, n_threads: int = 0, kv: str = "f16", n_gpu_layers: int = 0,
+             flash_attn: bool | None = None, seed: int = 0) -> dict:
+    """One llama-bench test (pp when n_gen == 0, tg when n_prompt == 0); returns per-rep tokens/s."""
+    from ..engine import RawContext
+
+    rng = np.random.default_rng(seed)
+    with RawContext(model_path, n_ctx=n_prompt + n_gen, n_batch=n_batch, n_ubatch=n_ubatch, kv=kv,
+                    n_threads=n_threads, n_gpu_layers=n_gpu_layers, flash_attn=flash_attn) as ctx:
+        if n_prompt:
+            _prompt(ctx, n_prompt, n_batch, rng)
+        if n_gen:
+            _gen(ctx, 1, 0, rng)
+        samples = []
+        for _ in range(repetitions):
+            ctx.clear()
+            t0 = time.perf_counter_ns()
+            if n_prompt:
+                _prompt(ctx, n_prompt, n_batch, rng)
+            if n_gen:
+                _gen(ctx, n_gen, n_prompt, rng)
+            samples.append(time.perf_counter_ns() - t0)
+        resolved = ctx.resolved
+    n_tok = n_prompt + n_gen
+    ts = [n_tok * 1e9 / s for s in samples]
+    mean = sum(ts) / len(ts)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in ts) / (len(ts) - 1)) if len(ts) > 1 else float("nan")
+    return {"n_prompt": n_prompt, "n_gen": n_gen, "repetitions": repetitions, "tokens_per_s": ts,
+            "mean_tokens_per_s": mean, "sd_tokens_per_s": sd, "samples_ns": samples,
+            "engine": {k: resolved[k] for k in ("n_threads", "type_k", "type_v", "flash_attn", "n_batch", "n_ubatch", "n_gpu_layers")}}
+
+
+def measure(model_path: str, *, n_prompt: int = 512, n_gen: int = 128, repetitions: int = 5, **kw) -> dict:
+    out = {}
+    if n_prompt:
+        out["pp"] = run_test(model_path, n_prompt=n_prompt, n_gen=0, repetitions=repetitions, **kw)
+    if n_gen:
+        out["tg"] = run_test(model_path, n_prompt=0, n_gen=n_gen, repetitions=repetitions, **kw)
+    return out
+
+
+def metric_rows(result: dict) -> list[dict]:
+    """Rows: pp{N}/tg{N} tokens/s, mean with the sd over repetitions in `stderr` (as llama-bench prints)."""
+    rows = []
+    for key, metric in (("pp", "pp_tokens_per_s"), ("tg", "tg_tokens_per_s")):
+        if key in result:
+            r = result[key]
+            n = r["n_prompt"] or r["n_gen"]
+            rows.append(metric_row(metric, r["mean_tokens_per_s"], "tokens/s", stderr=r["sd_tokens_per_s"],
+                                   n=r["repetitions"], subset=f"{key}{n}", n_ctx=r["n_prompt"] + r["n_gen"],
+                                   higher_is_better=True))
+    return rows
