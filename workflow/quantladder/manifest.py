@@ -67,6 +67,21 @@ def spec_hash(cfg: dict, card: str, family: str, rung: str, kv: str, benchmark: 
     return hash_obj(spec(cfg, card, family, rung, kv, benchmark, extra))[:16]
 
 
+def job_environment() -> dict:
+    """Where the job ran: host, and the Slurm job and partition when it ran as a Slurm job."""
+    import os
+    import socket
+
+    env = os.environ
+    return {
+        "host": socket.gethostname(),
+        "slurm_job_id": env.get("SLURM_JOB_ID"),
+        "slurm_partition": env.get("SLURM_JOB_PARTITION"),
+        "slurm_node": env.get("SLURMD_NODENAME"),
+        "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
+    }
+
+
 def build(
     cfg: dict, card: str, family: str, rung: str, kv: str, benchmark: str, *,
     model_info: dict, card_identity: dict, library: dict, data: dict | None = None,
@@ -81,5 +96,6 @@ def build(
         "library": library,
         "engine_resolved": engine or {},
         "data": data or {},
+        "job": job_environment(),
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
