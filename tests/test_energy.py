@@ -247,6 +247,10 @@ def test_idle_baseline_is_cached_per_node_and_job_and_expires(tmp_path):
     d = energy.idle_baseline(path, r, window_s=0.05, interval_s=0.02, node="node1", job="8",
                              max_age_s=10, now=time.time() + 60)
     assert d["cached"] is False
+    other = TraceReader(idle_w=70.0)
+    other.uuid = "GPU-fake-1111"  # another card on the same node and job: its own baseline
+    e = energy.idle_baseline(path, other, window_s=0.1, interval_s=0.02, node="node1", job="8")
+    assert e["cached"] is False and e["idle_power_w"] == pytest.approx(70.0)
 
 
 def test_idle_window_with_load_is_flagged_not_idle():
@@ -277,6 +281,25 @@ def test_measure_generation_end_to_end_with_counter_wrap(tmp_path):
     assert res["joules_per_generated_token"] == pytest.approx(200.0 * gen["duration_s"] / 120, rel=0.05)
     assert res["joules_per_prompt_token"] == pytest.approx(200.0 * res["prompt_phase"]["duration_s"] / 300, rel=0.05)
     assert res["value"] == {"n_gen": 120, "n_prompt": 300}
+
+
+def test_measure_generation_uses_a_baseline_taken_before_loading(tmp_path):
+    r = TraceReader(idle_w=40.0, busy_w=140.0, counter=True, start_mj=0)
+    idle = energy.idle_baseline(tmp_path / "idle.json", r, window_s=0.1, interval_s=0.02, node="n", job="j")
+
+    def work(mark):
+        t0 = time.perf_counter()
+        r.set_busy(True)
+        time.sleep(0.2)
+        r.set_busy(False)
+        return time.perf_counter() - t0
+
+    res = energy.measure_generation(work, n_gen_tokens=20, n_prompt_tokens=0, idle_cache_path=None, idle=idle,
+                                    reader=r, interval_s=0.02)
+    assert res["idle"]["idle_power_w"] == pytest.approx(40.0) and res["status"] == "ok"
+    busy_s = res["value"]
+    assert res["net_energy_j"] == pytest.approx(100.0 * busy_s, rel=0.01)
+    assert res["joules_per_generated_token"] == pytest.approx(100.0 * busy_s / 20, rel=0.01)
 
 
 def test_measure_generation_without_counter_integrates_power(tmp_path):

@@ -84,3 +84,14 @@ def test_device_check_arguments_and_roofline():
     assert device_check.roofline_tokens_per_s(4e12, 4e9) == pytest.approx(1000.0)
     with pytest.raises(SystemExit):
         device_check.parse_args(["--rungs", "Q4_K_M"])  # --work is required
+
+
+def test_bytes_per_token_counts_the_output_matrix_once(tiny):
+    _, _, q4 = tiny
+    info = read_info(q4)
+    tb = device_check.tensor_bytes(q4)
+    assert "output.weight" not in tb  # tiny ties embeddings: the table is read whole as the output
+    assert device_check.bytes_per_token(info, 0, tb) == pytest.approx(info.tensor_bytes)
+    untied = dict(tb, **{"output.weight": tb["token_embd.weight"]})
+    row = tb["token_embd.weight"] / info.n_vocab
+    assert device_check.bytes_per_token(info, 0, untied) == pytest.approx(info.tensor_bytes - tb["token_embd.weight"] + row)

@@ -55,7 +55,9 @@ def roofline_tokens_per_s(bandwidth_bytes_per_s: float, bytes_per_token: float) 
 def bytes_per_token(info, n_ctx_mean: float, tensor_bytes_by_name: dict | None = None) -> float:
     """Weights read per generated token (all tensors but the embedding table, of which one row is
     read) plus the F16 KV cache read at the mean context of the tg run."""
-    emb = (tensor_bytes_by_name or {}).get("token_embd.weight", 0)
+    names = tensor_bytes_by_name or {}
+    # with tied embeddings the table is also the output matrix, read whole for every token
+    emb = names.get("token_embd.weight", 0) if "output.weight" in names else 0
     weights = info.tensor_bytes - emb + (emb / info.n_vocab if info.n_vocab else 0)
     return weights + info.kv_bytes(int(round(n_ctx_mean)))
 
@@ -279,7 +281,7 @@ def main(argv=None) -> int:
                 if reader is not None:
                     res = energy.measure_generation(work_fn, n_gen_tokens=lambda v: v["n_gen_tokens"],
                                                     n_prompt_tokens=lambda v: v["n_prompt_tokens"],
-                                                    idle_cache_path=work / "idle.json", reader=reader,
+                                                    idle_cache_path=work / "idle.json", idle=idle, reader=reader,
                                                     interval_s=a.interval, idle_window_s=a.idle_window)
                 else:
                     res = energy.measure_generation(work_fn, n_gen_tokens=1, n_prompt_tokens=1, idle_cache_path=None)
@@ -294,7 +296,8 @@ def main(argv=None) -> int:
         speed = en["value"]
         ref = llama_bench(bench_bin, str(q), a) if bench_bin else {"error": "no llama-bench"}
         bpt = bytes_per_token(info, a.n_gen / 2.0, tb)
-        roof_m = roofline_tokens_per_s(bw_measured / 2, bpt) if bw_measured else None  # copy counts read + write
+        # the copy's bytes read + written per second is what the memory sustains, reads alone included
+        roof_m = roofline_tokens_per_s(bw_measured, bpt) if bw_measured else None
         roof_s = roofline_tokens_per_s(bw_sheet, bpt) if bw_sheet else None
         trace = en.pop("trace", None)
         r.update(speed=speed, llama_bench=ref, energy={k: v for k, v in en.items() if k != "value"},

@@ -515,7 +515,8 @@ def measure_generation(fn: Callable, *, n_gen_tokens: int | Callable[[object], i
                        n_prompt_tokens: int | Callable[[object], int],
                        idle_cache_path: str | os.PathLike | None, reader=None, device_index: int = 0,
                        interval_s: float = DEFAULT_INTERVAL_S, idle_window_s: float = DEFAULT_IDLE_WINDOW_S,
-                       idle_max_age_s: float = DEFAULT_IDLE_MAX_AGE_S, prompt_mark: str = "prompt_done") -> dict:
+                       idle_max_age_s: float = DEFAULT_IDLE_MAX_AGE_S, prompt_mark: str = "prompt_done",
+                       idle: dict | None = None) -> dict:
     """Run ``fn(mark)`` under the power sampler and return the energy of its phases.
 
     ``fn`` receives ``mark``, a callable: call ``mark()`` once the prompt has been processed (after
@@ -525,8 +526,9 @@ def measure_generation(fn: Callable, *, n_gen_tokens: int | Callable[[object], i
     whole run is one phase: J per generated token then includes the prompt, and J per prompt token
     is absent with that reason. Token counts may be callables of ``fn``'s return value.
 
-    The idle baseline is taken (or reused from ``idle_cache_path``) before ``fn`` runs, so call
-    this before anything else has loaded onto the card. Without NVML: ``fn`` still runs and the
+    ``idle``: a baseline the caller took with ``idle_baseline`` before loading the model (the
+    right order when ``fn`` only runs an already loaded model); else it is taken (or reused from
+    ``idle_cache_path``) here, before ``fn`` runs. Without NVML: ``fn`` still runs and the
     result is ``absent`` with the reason; ``result["value"]`` is fn's return value either way.
     """
     own_reader = False
@@ -538,9 +540,10 @@ def measure_generation(fn: Callable, *, n_gen_tokens: int | Callable[[object], i
         value = fn(lambda: None)
         return absent(reason, value=value, interval_s=None)
     try:
-        idle = None
         idle_reason = None
-        if idle_cache_path is not None:
+        if idle is not None:
+            pass
+        elif idle_cache_path is not None:
             idle = idle_baseline(idle_cache_path, reader, window_s=idle_window_s, max_age_s=idle_max_age_s)
         else:
             idle_reason = "no idle cache path given: idle power not measured"
