@@ -53,3 +53,39 @@ class TraceReader:
 
     def close(self):
         pass
+
+
+def fake_pynvml(*, power_mw=123_000, energy_mj=5_000, energy_supported=True, procs=(), used=7 * 2**30,
+                n_devices=2, init_error=None):
+    """A stand-in for the pynvml module (fake NVML readings, the only place a fake is acceptable)
+    with the calls NvmlReader makes, so its handling of them runs without a GPU."""
+    import types
+
+    class NVMLError(Exception):
+        pass
+
+    m = types.ModuleType("pynvml")
+    m.NVMLError = NVMLError
+    m.calls = []
+
+    def init():
+        if init_error:
+            raise NVMLError(init_error)
+    m.nvmlInit = init
+    m.nvmlShutdown = lambda: m.calls.append("shutdown")
+    m.nvmlDeviceGetCount = lambda: n_devices
+    m.nvmlDeviceGetHandleByIndex = lambda i: m.calls.append(("index", i)) or ("h", i)
+    m.nvmlDeviceGetHandleByUUID = lambda u: m.calls.append(("uuid", u)) or ("h", u)
+    m.nvmlDeviceGetUUID = lambda h: b"GPU-" + str(h[1]).encode()
+    m.nvmlDeviceGetName = lambda h: b"Fake H200"
+    m.nvmlDeviceGetPowerUsage = lambda h: power_mw
+
+    def energy(h):
+        if not energy_supported:
+            raise NVMLError("Not Supported")
+        return energy_mj
+    m.nvmlDeviceGetTotalEnergyConsumption = energy
+    m.nvmlDeviceGetComputeRunningProcesses = lambda h: [types.SimpleNamespace(pid=p, usedGpuMemory=u) for p, u in procs]
+    m.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=used, total=141 * 2**30)
+    m.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=3, memory=1)
+    return m

@@ -335,3 +335,52 @@ def test_no_nvml_gives_absent_energy_with_a_reason_never_zero(tmp_path):
     assert rows and all(r["value"] is None for r in rows)
     assert all(r["status"] == "absent" and "NVML" in r["status_reason"] for r in rows)
     assert {r["unit"] for r in rows} >= {"J/token", "J", "W"}
+
+
+# -- NvmlReader over a stand-in pynvml (fake NVML readings, the only place a fake is acceptable) ---
+from nvml_fakes import fake_pynvml  # noqa: E402
+
+
+def test_nvml_reader_reads_power_counter_and_this_process(monkeypatch):
+    import os
+    import sys
+
+    m = fake_pynvml(procs=[(12345, 2**30), (os.getpid(), 3 * 2**30)])
+    monkeypatch.setitem(sys.modules, "pynvml", m)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    r = energy.NvmlReader(0)
+    s = r.read()
+    assert (s.power_w, s.energy_mj, s.proc_mem_bytes, s.dev_mem_used_bytes, s.util_pct) == (123.0, 5000, 3 * 2**30, 7 * 2**30, 3.0)
+    assert r.uuid == "GPU-0" and r.has_energy_counter
+    r.close()
+    assert "shutdown" in m.calls
+
+
+def test_nvml_reader_honours_cuda_visible_devices_and_missing_features(monkeypatch):
+    import sys
+
+    m = fake_pynvml(energy_supported=False, procs=[(1, 2**30)])
+    monkeypatch.setitem(sys.modules, "pynvml", m)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    r = energy.NvmlReader(0)
+    assert ("index", 1) in m.calls and r.uuid == "GPU-1"
+    s = r.read()
+    assert s.energy_mj is None and not r.has_energy_counter  # no counter: power is integrated instead
+    assert s.proc_mem_bytes is None  # our PID is not listed (a container): vram falls back to the device
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-abc")
+    assert energy.NvmlReader(0).uuid == "GPU-GPU-abc" and ("uuid", "GPU-abc") in m.calls
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    with pytest.raises(energy.NvmlUnavailable, match="hides every GPU"):
+        energy.NvmlReader(0)
+
+
+def test_nvml_reader_unavailable_reasons(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(init_error="Driver Not Loaded"))
+    reader, why = energy.nvml_reader()
+    assert reader is None and "Driver Not Loaded" in why
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(n_devices=0))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    reader, why = energy.nvml_reader()
+    assert reader is None and "no GPU 0" in why
