@@ -29,7 +29,7 @@ from .io import atomic_path
 log = logging.getLogger("quantladder.report")
 
 STATUS_MARK = {  # how a point's status is drawn: matplotlib marker, filled?
-    "ok": ("o", True), "unanchored": ("o", False), "incomplete": ("X", True), "failed": ("x", True),
+    "ok": ("o", True), "unanchored": ("o", False), "incomplete": ("x", True), "failed": ("x", True),
     "blocked": ("x", True),
 }
 KV_MARKERS = ["o", "s", "^", "D", "v", "P", "*", "h"]
@@ -126,7 +126,8 @@ class Figures:
         self.n += 1
         buf = io.StringIO()
         with self.plt.rc_context(self.rc):
-            fig.tight_layout()
+            # fixed margins: tight_layout would cost a third of the rendering time per figure
+            fig.subplots_adjust(left=0.12, right=0.97, bottom=0.13, top=0.92)
             fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
         self.plt.close(fig)
         text = buf.getvalue()
@@ -156,7 +157,8 @@ def _status_legend(ax, statuses: set[str]):
     for st in ("unanchored", "incomplete"):
         if st in statuses:
             m, filled = STATUS_MARK[st]
-            handles.append(Line2D([], [], color="0.3", marker=m, linestyle="none",
+            handles.append(Line2D([], [], color="0.3", marker=m, linestyle="none", markersize=8 if m == "x" else 6,
+                                  markeredgewidth=2 if m == "x" else 1,
                                   markerfacecolor="0.3" if filled else "none", label=st))
     return handles
 
@@ -209,8 +211,12 @@ def curve_figure(F: Figures, rows: pd.DataFrame, family: str, benchmark: str, me
         for st, sg in g.groupby("status"):
             statuses.add(st)
             m, filled = STATUS_MARK.get(st, ("o", True))
-            ax.scatter(sg["bits_per_weight"], sg["value"] / div, marker=m, s=36, zorder=3,
-                       facecolors=color if filled else "white", edgecolors=color, linewidths=1.5)
+            if m == "x":  # a thin cross has no face: draw it large and bold so it reads apart from ●
+                ax.scatter(sg["bits_per_weight"], sg["value"] / div, marker=m, s=90, zorder=3, color=color,
+                           linewidths=2.2)
+            else:
+                ax.scatter(sg["bits_per_weight"], sg["value"] / div, marker=m, s=36, zorder=3,
+                           facecolors=color if filled else "white", edgecolors=color, linewidths=1.5)
     ax.set_xlabel("bits per weight (bits)")
     ax.set_ylabel(f"{metric} ({ylab})")
     ax.set_title(f"{family} · {benchmark} · {metric}{note}")
@@ -303,12 +309,12 @@ def _pareto_figure(F, j, card, bench, metric, qwhere, ckey, ctitle, cmetric, cwh
         st = r["status_q"] if r["status_q"] != "ok" else r["status_c"]
         statuses.add(st)
         _, filled = STATUS_MARK.get(st, ("o", True))
-        marker = "X" if st == "incomplete" else KV_MARKERS[kvs.index(r["kv"]) % len(KV_MARKERS)]
+        marker = "x" if st == "incomplete" else KV_MARKERS[kvs.index(r["kv"]) % len(KV_MARKERS)]
         ax.errorbar([r["value_c"] / xdiv], [r["value_q"] / ydiv],
                     xerr=None if _isnan(r["stderr_c"]) else [r["stderr_c"] / xdiv],
                     yerr=None if _isnan(r["stderr_q"]) else [r["stderr_q"] / ydiv],
                     fmt=marker, color=color, markerfacecolor=color if filled else "white", capsize=2,
-                    markersize=9 if marker == "X" else 6)
+                    markersize=10 if marker == "x" else 6, markeredgewidth=2.2 if marker == "x" else 1)
     fx = [pts[i][0] / xdiv for i in front]
     fy = [pts[i][1] / ydiv for i in front]
     ax.step(fx, fy, where="post", color="black", linestyle=":", linewidth=1.2)

@@ -1,0 +1,230 @@
+"""The HTML report, built from the fixture dataset and opened in a real headless Chromium.
+
+The fixture (tests/fixtures/dataset/make_fixture.py) has two families on card cpu-test, ruler
+`unanchored` everywhere, humaneval `blocked`, one `incomplete` bfcl point, 7 degenerate loops at
+big/Q4_K_M/q8_0, and two points again on card gpu-b with 3 of 10 bfcl generations identical.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from browser import Browser
+from quantladder import cli, report
+from quantladder import dataset_view as dv
+from quantladder.errors import DataError
+
+FIXTURE = Path(__file__).parent / "fixtures" / "dataset" / "points.parquet"
+
+
+@pytest.fixture(scope="module")
+def html_path(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report") / "cpu-test" / "report.html"
+    report.build(FIXTURE, out, card="cpu-test")
+    return out
+
+
+@pytest.fixture(scope="module")
+def page(html_path):
+    """The report loaded in Chromium at laptop width: (browser, console log right after load)."""
+    with Browser(width=1366, height=900) as b:
+        b.open(html_path)
+        yield b, b.console()
+
+
+def test_self_contained(html_path):
+    text = html_path.read_text()
+    assert text.startswith("<!DOCTYPE html>")
+    # nothing fetched from anywhere: no scripts, stylesheets, images or frames by URL
+    assert not re.search(r"<(script|link|img|iframe)\b", text)
+    assert not re.search(r"""(src|href)=["'](https?:)?//""", text)
+    assert "@import" not in text and "url(http" not in text
+    assert text.count("<svg") == text.count('class="plot-svg"') > 40
+
+
+def test_no_console_errors_in_chromium(page):
+    _, log = page
+    assert log == [], f"browser console: {log}"
+
+
+def test_console_check_sees_errors(tmp_path):
+    """The console check is not blind: a page with a JS error and a missing image is caught."""
+    bad = tmp_path / "bad.html"
+    bad.write_text('<html><body><img src="missing.png"><script>console.error("boom"); nope();</script></body></html>')
+    with Browser() as b:
+        b.open(bad)
+        log = b.console()
+    text = " ".join(e["message"] for e in log)
+    assert "boom" in text and "nope is not defined" in text and "missing.png" in text
+
+
+def test_curves_per_family_and_metric(page):
+    b, _ = page
+    figs = b.js("""return [...document.querySelectorAll('figure[data-kind=curve]')].map(f => [
+        f.dataset.family, f.dataset.benchmark, f.dataset.metric,
+        [...f.querySelectorAll('svg text')].map(t => t.textContent).join('|'),
+        f.querySelector('svg').getBoundingClientRect().width])""")
+    got = {(f, bm, m) for f, bm, m, _, _ in figs}
+    for fam in ("big", "small"):
+        for bm, m in [("bfcl", "accuracy_items_run"), ("bfcl", "accuracy"), ("bfcl", "flip_rate"),
+                      ("bfcl", "degenerate_loops"), ("ruler", "score_avg"), ("perplexity", "ppl"),
+                      ("perplexity", "kld_mean"), ("perplexity", "same_top_token"), ("speed", "tg_tokens_per_s"),
+                      ("memory", "peak_rss_bytes"), ("memory", "kv_bytes_predicted"), ("energy", "joules_per_token")]:
+            assert (fam, bm, m) in got, (fam, bm, m)
+    for fam, bm, m, text, width in figs:
+        assert "bits per weight (bits)" in text, (fam, bm, m)
+        assert re.search(rf"{re.escape(m)} \([^)]+\)", text), f"y axis of {fam}/{bm}/{m} lacks a unit: {text}"
+        assert "KV f16" in text  # legend: one line per KV-cache type
+        assert width >= 380, f"{fam}/{bm}/{m} drawn {width}px wide: too small to read"
+    # two KV types on both families: both in the legend; bytes are shown in GiB/MiB
+    tg = next(t for f, bm, m, t, _ in figs if (f, bm, m) == ("big", "speed", "tg_tokens_per_s"))
+    assert "KV q8_0" in tg and "tg_tokens_per_s (tokens/s)" in tg
+    rss = next(t for f, bm, m, t, _ in figs if (f, bm, m) == ("big", "memory", "peak_rss_bytes"))
+    assert "peak_rss_bytes (GiB)" in rss
+    # kv_bytes_predicted is measured at two contexts: one line per (KV type, n_ctx)
+    kv = next(t for f, bm, m, t, _ in figs if (f, bm, m) == ("big", "memory", "kv_bytes_predicted"))
+    assert "KV f16 · n_ctx 4096" in kv and "KV f16 · n_ctx 32768" in kv
+
+
+def test_error_bars_drawn(page):
+    b, _ = page
+    # matplotlib draws error bars as a LineCollection (<g id="...LineCollection_1">) per series
+    n = b.js("""const f = document.querySelector('figure[data-kind=curve][data-family=big][data-metric=accuracy_items_run]');
+                return f.querySelectorAll('g[id*=LineCollection]').length""")
+    assert n >= 2  # one per KV type
+
+
+def test_unanchored_and_incomplete_are_marked(page):
+    b, _ = page
+    legend = b.js("""const q = s => [...document.querySelectorAll(s + ' svg text')].map(t => t.textContent).join('|');
+        return [q('figure[data-kind=curve][data-family=big][data-metric=score_avg]'),
+                q('figure[data-kind=curve][data-family=small][data-metric=accuracy_items_run]'),
+                q('figure[data-kind=curve][data-family=big][data-metric=ppl]')]""")
+    assert "unanchored" in legend[0]
+    assert "incomplete" in legend[1]
+    assert "unanchored" not in legend[2] and "incomplete" not in legend[2]
+    badges = b.js("""return [...document.querySelectorAll('.badge')].map(e => e.textContent + ':' + getComputedStyle(e).borderStyle)""")
+    assert "unanchored:dashed" in badges and any(x.startswith("incomplete:") for x in badges)
+    warn = b.js("return document.querySelector('.warn').textContent")
+    assert "7 points have unanchored figures" in warn and "1 points have incomplete figures" in warn
+
+
+def test_anchor_status_table(page):
+    b, _ = page
+    rows = b.js("""return [...document.querySelectorAll('#table-anchors tbody tr')].map(
+        r => [...r.cells].map(c => c.textContent))""")
+    by = {r[0]: r for r in rows}
+    assert set(by) == {"bfcl", "energy", "humaneval", "memory", "perplexity", "ruler", "speed"}
+    assert by["humaneval"][1] == "blocked" and by["humaneval"][6] == "7"
+    assert "anchor deviates 7.2 points" in by["humaneval"][7]
+    assert by["ruler"][1] == "unanchored" and by["ruler"][3] == "7"
+    assert by["bfcl"][1] == "incomplete" and by["bfcl"][2:5] == ["6", "0", "1"]
+
+
+def test_point_and_manifest_tables(page):
+    b, _ = page
+    pts = b.js("""return [...document.querySelectorAll('#table-points-big tbody tr')].map(
+        r => [...r.cells].map(c => c.textContent))""")
+    assert [r[:2] for r in pts] == [["F16 (reference)", "f16"], ["Q8_0", "f16"], ["Q4_K_M", "f16"], ["Q4_K_M", "q8_0"]]
+    header = b.js("return [...document.querySelectorAll('#table-points-big th')].map(c => c.textContent)")
+    i = header.index("bfcl accuracy_items_run")
+    assert pts[2][i] == "75.0 ± 4.0 %"
+    man = b.js("""return [...document.querySelectorAll('#table-manifest-cpu-test tbody tr')].map(
+        r => [...r.cells].map(c => c.textContent))""")
+    mh = b.js("return [...document.querySelectorAll('#table-manifest-cpu-test th')].map(c => c.textContent)")
+    assert len(man) == 7 * 7  # every (point, benchmark)
+    assert {"manifest hash", "GGUF sha256", "data hash", "llama-cpp-python", "libllama sha256", "card"} <= set(mh)
+    blocked = [r for r in man if r[3] == "humaneval"]
+    assert all(r[4] == "blocked" for r in blocked)
+    full = b.js("return document.querySelector('#table-manifest-cpu-test code').title")
+    assert re.fullmatch(r"[0-9a-f]{64}", full)
+
+
+def test_degenerate_and_flip_tables(page):
+    b, _ = page
+    deg = b.js("""return [...document.querySelectorAll('#table-degenerate-cpu-test tbody tr')].map(
+        r => [r.className, ...[...r.cells].map(c => c.textContent)])""")
+    loops = [r for r in deg if "loops" in r[0]]
+    assert len(loops) == 1 and loops[0][1:4] == ["big", "Q4_K_M", "q8_0"] and loops[0][7] == "7 of 100"
+    flips = b.js("""return [...document.querySelectorAll('#table-flips-cpu-test tbody tr')].map(
+        r => [...r.cells].map(c => c.textContent))""")
+    assert len(flips) == 5  # every non-reference point
+    assert flips[0][:4] == ["big", "Q8_0", "f16", "bfcl"] and flips[0][4] == "6.0 ± 2.4 %"
+
+
+def test_pareto_fronts(page):
+    b, _ = page
+    fronts = b.js("""return [...document.querySelectorAll('figure[data-kind=pareto]')].map(f => [
+        f.dataset.benchmark, f.dataset.metric, f.dataset.cost,
+        [...f.querySelectorAll('tbody tr')].map(r => r.cells[0].textContent + '/' + r.cells[1].textContent + '/' + r.cells[2].textContent),
+        [...f.querySelectorAll('svg text')].map(t => t.textContent).join('|')])""")
+    kinds = {(bm, m, c) for bm, m, c, _, _ in fronts}
+    for cost in ("peak_rss_bytes", "tg_tokens_per_s", "joules_per_token"):
+        assert ("bfcl", "accuracy_items_run", cost) in kinds
+        assert ("perplexity", "kld_mean", cost) in kinds
+    # bfcl accuracy vs memory, by hand: rising memory must buy accuracy
+    (_, _, _, members, text), = [f for f in fronts if f[:3] == ["bfcl", "accuracy_items_run", "peak_rss_bytes"]]
+    assert members == ["small/Q8_0/q8_0", "small/Q8_0/f16", "small/F16/f16", "big/Q4_K_M/q8_0",
+                       "big/Q4_K_M/f16", "big/Q8_0/f16", "big/F16/f16"]
+    assert "Pareto front" in text and "peak_rss_bytes (GiB)" in text and "accuracy_items_run (%)" in text
+    # against speed: small/Q8_0/f16 (80 tokens/s, 59 %) beats small/Q8_0/q8_0 (78, 58) on both
+    (_, _, _, members, _), = [f for f in fronts if f[:3] == ["bfcl", "accuracy_items_run", "tg_tokens_per_s"]]
+    assert "small/Q8_0/q8_0" not in members and members[0] == "small/Q8_0/f16"
+
+
+def test_cross_card_view(page):
+    b, _ = page
+    rows = b.js("""return [...document.querySelectorAll('#table-identical-cpu-test-gpu-b tbody tr')].map(
+        r => [...r.cells].map(c => c.textContent))""")
+    assert rows == [["bfcl", "2", "6/20 (30.0 ± 10.2 %)"]]
+    deltas = b.js("""return [...document.querySelectorAll('#table-deltas-cpu-test-gpu-b tbody tr')].map(
+        r => [...r.cells].map(c => c.textContent))""")
+    tg = [r for r in deltas if r[:5] == ["big", "Q4_K_M", "f16", "speed", "tg_tokens_per_s"]]
+    assert tg and tg[0][6:] == ["35.00 ± 0.40 tokens/s", "35.35 ± 0.40 tokens/s", "0.35 ± 0.57 tokens/s"]
+
+
+@pytest.fixture(scope="module")
+def gpu_b_html(tmp_path_factory) -> str:
+    """gpu-b's report, built through the command line."""
+    out = tmp_path_factory.mktemp("report") / "sub" / "report.html"
+    assert cli.main(["report", str(FIXTURE), str(out), "--card", "gpu-b"]) == 0
+    return out.read_text()
+
+
+def test_curves_never_mix_cards(gpu_b_html):
+    """gpu-b's report draws gpu-b's two points only; cpu-test's figures stay out of its curves."""
+    html = gpu_b_html
+    assert 'id="table-points-big"' in html
+    big = re.search(r'<table id="table-points-big">.*?</table>', html).group(0)
+    assert big.count("<tr>") == 2  # header + the one big point measured on gpu-b
+    assert "Q8_0" not in big and "F16" not in big
+    assert 'id="table-identical-gpu-b-cpu-test"' in html
+
+
+def test_identical_generations_counts():
+    df = dv.load(FIXTURE)
+    ident = report.identical_generations(df, "cpu-test", "gpu-b")
+    assert sorted(map(tuple, ident[["family", "rung", "kv", "n_items", "n_identical"]].values.tolist())) == [
+        ("big", "Q4_K_M", "f16", 10, 3), ("small", "Q8_0", "f16", 10, 3)]
+
+
+def test_pareto_front_function():
+    pts = [(1, 1), (2, 3), (3, 2), (4, 4), (2, 3)]
+    assert report.pareto_front(pts, cost_lower=True, quality_higher=True) == [0, 1, 3]
+    assert report.pareto_front(pts, cost_lower=False, quality_higher=True) == [3]
+    assert report.pareto_front(pts, cost_lower=True, quality_higher=False) == [0]
+
+
+def test_unknown_card_and_missing_dataset(tmp_path):
+    with pytest.raises(DataError, match="card 'nope' is not in the dataset"):
+        report.build(FIXTURE, tmp_path / "r.html", card="nope")
+    with pytest.raises(DataError, match="does not exist"):
+        report.build(tmp_path / "none.parquet", tmp_path / "r.html")
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_cli_report(gpu_b_html):
+    assert gpu_b_html.startswith("<!DOCTYPE html>") and "Card gpu-b" in gpu_b_html
