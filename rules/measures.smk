@@ -82,3 +82,24 @@ rule memory:
         runtime=runtime_for("memory", 30),
     script:
         "../scripts/memory.py"
+
+
+rule energy:
+    input:
+        gguf=get_rung_gguf,
+        info=get_rung_info,
+        anchor=get_anchor_status("energy"),
+    output:
+        metrics=POINT_DIR + "/energy/metrics.json",
+        manifest=POINT_DIR + "/energy/manifest.json",
+    params:
+        spec=spec_hash("energy"),
+        idle_cache="results/{card}/idle_power.json",
+    log:
+        "logs/energy/{card}/{family}/{rung}/{kv}.log",
+    threads: workflow.cores
+    resources:
+        mem_mb=mem_mb_from_input(1.5),
+        runtime=runtime_for("energy", 30),
+    script:
+        "../scripts/energy.py"

@@ -32,7 +32,7 @@ COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("stderr", pa.float64(), "standard error (or sd over repetitions where metric says so), same unit"),
     ("n", pa.int64(), "sample count behind the figure (tokens, items, repetitions)"),
     ("higher_is_better", pa.bool_(), "direction of the metric"),
-    ("status", pa.string(), "ok | unanchored | blocked | incomplete | failed"),
+    ("status", pa.string(), "ok | unanchored | blocked | incomplete | failed | absent (not measurable here: see reason)"),
     ("status_reason", pa.string(), "why a status is not ok"),
     ("bits_per_weight", pa.float64(), "tensor bits / parameters of the rung's GGUF (bits)"),
     ("file_bytes", pa.int64(), "size of the rung's GGUF file (bytes)"),
@@ -48,7 +48,7 @@ COLUMNS: list[tuple[str, pa.DataType, str]] = [
 ]
 SCHEMA = pa.schema([pa.field(n, t) for n, t, _ in COLUMNS])
 
-STATUSES = ("ok", "unanchored", "blocked", "incomplete", "failed")
+STATUSES = ("ok", "unanchored", "blocked", "incomplete", "failed", "absent")
 
 
 def metric_row(metric: str, value, unit: str, *, stderr=None, n=None, subset=None, n_ctx=None,
@@ -89,6 +89,8 @@ def rows_from_point(metrics_path: str | Path, manifest_path: str | Path | None =
         row = {c: None for c, _, _ in COLUMNS}
         row.update(base)
         row.update({k: r.get(k) for k in ("metric", "value", "unit", "stderr", "n", "subset", "n_ctx", "higher_is_better")})
+        if r.get("status") and r["status"] != "ok":  # a row can say more than its file (energy: absent)
+            row["status"], row["status_reason"] = r["status"], r.get("status_reason")
         if m.get("incomplete"):
             row["status"] = "incomplete"
         rows.append(row)

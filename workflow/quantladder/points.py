@@ -15,6 +15,7 @@ from pathlib import Path
 
 from . import card as qcard
 from . import manifest as qmanifest
+from .backend import engine_backend
 from .engine import EngineSettings, library_info, parse_kv
 from .errors import QuantladderError
 from .io import read_json, write_json
@@ -76,9 +77,14 @@ class Point:
 
     def manifest(self, *, data: dict | None = None, engine: dict | None = None, card_identity: dict | None = None) -> dict:
         ident = card_identity or qcard.check_same_card(self.card, self.config.get("card"))
+        lib = library_info()
+        engine = dict(engine or {})
+        engine.setdefault("n_gpu_layers", self.config.get("gpu_layers", 0))
+        n_layer = (self.model_record.get("info") or {}).get("n_layer")
+        engine.update(engine_backend(lib, engine, n_layer=n_layer))  # which backend, how many layers on the GPU
         return qmanifest.build(
             self.config, self.card, self.family, self.rung, self.kv, self.benchmark,
-            model_info=self.model_info(), card_identity=ident, library=library_info(),
+            model_info=self.model_info(), card_identity=ident, library=lib,
             data=data, engine=engine,
         )
 
