@@ -46,6 +46,11 @@ def test_dataset_rows(run):
     # no anchor is reachable offline for perplexity: said, not hidden
     assert (df[df["benchmark"] == "perplexity"]["status"] == "unanchored").all()
     assert df[df["benchmark"] == "perplexity"]["status_reason"].str.contains("no published anchor").all()
+    energy = df[df["benchmark"] == "energy"]
+    assert len(energy) > 0
+    if card.identity()["kind"] == "cpu":  # no NVML: absent with the reason, never zero
+        assert (energy["status"] == "absent").all() and energy["value"].isna().all()
+        assert energy["status_reason"].str.contains("NVML").all()
     tg = df[df["metric"] == "tg_tokens_per_s"]
     assert (tg["value"] > 0).all() and (tg["unit"] == "tokens/s").all()
 
