@@ -89,6 +89,21 @@ def test_curves_per_family_and_metric(page):
     assert "KV f16 · n_ctx 4096" in kv and "KV f16 · n_ctx 32768" in kv
 
 
+def test_overview_one_plot_per_metric_one_line_per_family_and_kv(page):
+    b, _ = page
+    figs = b.js("""return [...document.querySelectorAll('figure[data-kind=overview]')].map(f => [
+        f.dataset.benchmark, f.dataset.metric, [...f.querySelectorAll('svg text')].map(t => t.textContent).join('|')])""")
+    got = {(bm, m): t for bm, m, t in figs}
+    for key in [("bfcl", "accuracy_items_run"), ("ruler", "score_avg"), ("perplexity", "kld_mean"),
+                ("speed", "tg_tokens_per_s"), ("memory", "peak_rss_bytes"), ("energy", "joules_per_token")]:
+        assert key in got, key
+    text = got[("bfcl", "accuracy_items_run")]
+    for label in ("big · KV f16", "big · KV q8_0", "small · KV f16", "small · KV q8_0", "incomplete"):
+        assert label in text
+    assert "tg_tokens_per_s (tokens/s) at tg128" in got[("speed", "tg_tokens_per_s")]
+    assert "score_avg (%) at n_ctx 32768" in got[("ruler", "score_avg")] and "unanchored" in got[("ruler", "score_avg")]
+
+
 def test_error_bars_drawn(page):
     b, _ = page
     # matplotlib draws error bars as a LineCollection (<g id="...LineCollection_1">) per series

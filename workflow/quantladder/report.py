@@ -226,6 +226,64 @@ def curve_figure(F: Figures, rows: pd.DataFrame, family: str, benchmark: str, me
     return F.svg(fig, f"{family} {benchmark} {metric} against bits per weight")
 
 
+def overview_figure(F: Figures, rows: pd.DataFrame, card: str, benchmark: str, metric: str, where: str | None) -> str:
+    """One metric against bits per weight for every family on the card: one line per (family, KV type)."""
+    import matplotlib
+
+    rows = rows[rows["bits_per_weight"].notna()]
+    unit = rows["unit"].dropna().iloc[0] if rows["unit"].notna().any() else None
+    ylab, div = unit_axis(unit, list(rows["value"]))
+    fams = sorted(rows["family"].unique())
+    kvs = sorted(rows["kv"].unique())
+    colors = matplotlib.colormaps["tab10"].colors
+    styles = ["-", "--", ":", "-."]
+    fig, ax = F.new()
+    statuses = set()
+    for (fam, kv), g in rows.groupby(["family", "kv"], sort=True):
+        g = g.sort_values("bits_per_weight")
+        color = colors[fams.index(fam) % len(colors)]
+        err = g["stderr"].to_numpy(float) / div
+        ax.errorbar(g["bits_per_weight"].to_numpy(float), g["value"].to_numpy(float) / div,
+                    yerr=None if all(math.isnan(e) for e in err) else [0 if math.isnan(e) else e for e in err],
+                    color=color, linestyle=styles[kvs.index(kv) % len(styles)], capsize=3, linewidth=1.4,
+                    label=f"{fam} · KV {kv}")
+        for st, sg in g.groupby("status"):
+            statuses.add(st)
+            m, filled = STATUS_MARK.get(st, ("o", True))
+            ax.scatter(sg["bits_per_weight"], sg["value"] / div, marker=m, s=90 if m == "x" else 30, zorder=3,
+                       color=color, facecolors=(color if filled else "white") if m != "x" else None,
+                       linewidths=2.2 if m == "x" else 1.5)
+    ax.set_xlabel("bits per weight (bits)")
+    ax.set_ylabel(f"{metric} ({ylab})" + (f" at {where}" if where else ""))
+    ax.set_title(f"{card}: {benchmark} · {metric}")
+    handles, labels = ax.get_legend_handles_labels()
+    extra = _status_legend(ax, statuses)
+    ax.legend(handles + extra, labels + [h.get_label() for h in extra], loc="best")
+    svg = F.svg(fig, f"{benchmark} {metric} against bits per weight, every family")
+    return (f'<figure class="plot" data-kind="overview" data-benchmark="{esc(benchmark)}" data-metric="{esc(metric)}">'
+            f"{svg}</figure>")
+
+
+def overview_section(F: Figures, df: pd.DataFrame, card: str) -> str:
+    """The headline figure of each benchmark, and the cost figures, with every family on one plot."""
+    figs = []
+    for b in dv.task_benchmarks(df) + [c for c in dv.COST_BENCHMARKS if (df["benchmark"] == c).any()]:
+        if b in dv.COST_BENCHMARKS:
+            metrics = [m for m in dict.fromkeys(dv.whole(dv.figures(df[df["benchmark"] == b]))["metric"])
+                       if m not in dv.NOT_CURVES]
+        else:
+            metrics = dv.headline_metrics(df, b)
+        for m in metrics:
+            vals, _, where = _point_values(df, b, m)
+            if vals.empty:
+                continue
+            rows = vals.merge(dv.point_table(df)[dv.POINT + ["bits_per_weight"]], on=dv.POINT)
+            figs.append(overview_figure(F, rows, card, b, m, where))
+    if not figs:
+        return '<p class="note">No figures to plot.</p>'
+    return '<div class="grid">' + "".join(figs) + "</div>"
+
+
 def _point_values(df: pd.DataFrame, benchmark: str, metrics: tuple[str, ...] | str) -> tuple[pd.DataFrame, str | None, str | None]:
     """Per point: value, stderr, status of the first metric present (largest n_ctx, whole benchmark)."""
     metrics = (metrics,) if isinstance(metrics, str) else metrics
@@ -236,7 +294,11 @@ def _point_values(df: pd.DataFrame, benchmark: str, metrics: tuple[str, ...] | s
         picked = [dv.pick_ctx(g, None) for _, g in rows.groupby(dv.POINT, dropna=False)]
         out = pd.DataFrame(picked)[dv.POINT + ["value", "stderr", "status", "unit", "n_ctx"]]
         nctx = out["n_ctx"].dropna().unique()
-        where = f"n_ctx {int(nctx[0])}" if len(nctx) == 1 else ("largest n_ctx measured" if len(nctx) else None)
+        subsets = pd.DataFrame(picked)["subset"].dropna().unique()
+        if benchmark == "speed" and len(subsets) == 1:  # llama-bench's test name (tg128) says it best
+            where = str(subsets[0])
+        else:
+            where = f"n_ctx {int(nctx[0])}" if len(nctx) == 1 else ("largest n_ctx measured" if len(nctx) else None)
         return out, m, where
     return pd.DataFrame(), None, None
 
@@ -612,7 +674,13 @@ def card_section(F: Figures, df: pd.DataFrame, card: str) -> str:
         out.append('<p class="warn">' + "; ".join(f"{int(n)} points have {badge(s)} figures" for s, n in flagged.items())
                    + ": read them with that in mind.</p>")
     out.append(f'<h2 id="anchors-{esc(card)}">Anchor status per benchmark</h2>' + status_section(d))
-    out.append(f'<h2 id="curves-{esc(card)}">Curves per family (this card only)</h2>' + _legend_html())
+    log.info("report: card %s, overview", card)
+    out.append(f'<h2 id="overview-{esc(card)}">Every family: one plot per metric (this card only)</h2>'
+               + _legend_html() + "<p>One line per family and KV-cache type; a figure measured at several "
+               "contexts is shown at the largest.</p>" + overview_section(F, d, card))
+    out.append(f'<h2 id="curves-{esc(card)}">Curves per family (this card only)</h2>'
+               "<p>Every figure of each family, one line per KV-cache type (and per subset or context "
+               "where a figure has several).</p>")
     for fam in sorted(d["family"].dropna().unique()):
         log.info("report: card %s, family %s", card, fam)
         out.append(family_section(F, d, fam))
@@ -639,6 +707,7 @@ def render(df: pd.DataFrame, card: str | None = None, source: str = "points.parq
     toc = []
     for c in shown:
         toc += [f'<li><a href="#anchors-{esc(c)}">{esc(c)}: anchor status</a></li>',
+                f'<li><a href="#overview-{esc(c)}">{esc(c)}: every family, one plot per metric</a></li>',
                 f'<li><a href="#curves-{esc(c)}">{esc(c)}: curves per family</a></li>',
                 f'<li><a href="#pareto-{esc(c)}">{esc(c)}: Pareto fronts</a></li>',
                 f'<li><a href="#degenerate-{esc(c)}">{esc(c)}: degenerate loops</a></li>',
