@@ -1,0 +1,186 @@
+"""BFCL multi-turn: the model drives BFCL's backend classes turn by turn; calls run only in the sandbox.
+
+Generation (BFCL's prompting-mode loop, bfcl-eval model_handler/base_handler.py): per turn the user
+message is added (for miss_func, the held-out function docs are offered at their turn), then the
+model is queried step after step; each step's decoded calls are executed and their results go back
+as tool messages, until a step has no decodable call. More than ``step_limit`` steps in one turn
+force-terminates the item (BFCL's MAXIMUM_STEP_LIMIT is 20).
+
+Execution is a sandbox run of :mod:`sandbox_runner` that replays the calls so far from the initial
+config. The model-driven run is given the model's calls only; the ground truth is read on the host
+and executed in a run of its own at scoring time, never next to model calls.
+
+Scoring (BFCL's multi_turn_checker), per turn with ground-truth calls: the model must have made a
+call; every involved instance's public state must equal the ground truth's (state check); every
+ground-truth result of the turn must appear among the model's results so far (response check).
+Both checks compare plain JSON snapshots on the host, after the sandbox runs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from ... import sandbox as qsandbox
+from ...loops import is_degenerate
+from . import parse, prompts
+from .data import backend_sources
+
+PKG_DIR = "backend/bfcl_eval/eval_checker/multi_turn_eval/func_source_code"
+HERE = Path(__file__).resolve().parent
+
+
+class SandboxExecutor:
+    """Replays calls against BFCL's backend classes inside ``quantladder.sandbox``."""
+
+    def __init__(self, root: str | Path, *, backend: str = "bubblewrap", python: str | None = None,
+                 wall_s: float = 30.0):
+        self.backend = backend
+        self.python, self.binds = qsandbox.host_python(python)
+        self.limits = qsandbox.Limits(wall_s=wall_s, cpu_s=int(wall_s))
+        self.base_files: dict[str, str] = {"runner.py": (HERE / "sandbox_runner.py").read_text(),
+                                           "standin/mpmath.py": (HERE / "mpmath_standin.py").read_text()}
+        parts = PKG_DIR.split("/")
+        for i in range(2, len(parts) + 1):
+            self.base_files["/".join(parts[:i]) + "/__init__.py"] = ""
+        for name, text in backend_sources(root).items():
+            self.base_files[f"{PKG_DIR}/{name}"] = text
+        self.runs = 0
+
+    def describe(self) -> dict:
+        return {"backend": qsandbox.check_backend(self.backend), "python": self.python,
+                "wall_s": self.limits.wall_s}
+
+    def run(self, item: dict, turns: list[list[list[str]]]) -> dict:
+        """Execute ``turns`` (turns of steps of call strings); results and end-of-turn states.
+
+        Only the item's involved classes, initial config and the given calls enter the sandbox.
+        """
+        job = {"involved_classes": item["involved_classes"], "initial_config": item.get("initial_config", {}),
+               "long_context": "long_context" in item["category"], "turns": turns}
+        files = dict(self.base_files)
+        files["job.json"] = json.dumps(job)
+        res = qsandbox.run_sandboxed([self.python, "-I", "runner.py"], files, self.limits, backend=self.backend,
+                                     extra_ro_binds=self.binds)
+        self.runs += 1
+        if res.kind != "ok":
+            return {"error": f"sandbox {res.kind}: {res.stderr.strip()[-400:]}"}
+        try:
+            return json.loads(res.stdout)
+        except json.JSONDecodeError:
+            return {"error": f"sandbox output is not JSON: {res.stdout[:200]!r}"}
+
+
+def decode_step(text: str) -> list[str] | None:
+    """A step's calls as execution strings; None when the step holds no decodable call."""
+    try:
+        calls = parse.to_execution_strings(parse.decode(text, "python"))
+    except parse.DecodeError:
+        return None
+    if not calls or (len(calls) == 1 and not calls[0]):
+        return None
+    return calls
+
+
+def generate_item(engine, root, item: dict, executor: SandboxExecutor, *, max_tokens: int,
+                  step_limit: int = 20) -> dict:
+    """Run one multi-turn item through the model; the generation record (no verdict)."""
+    t0 = time.perf_counter()
+    messages = prompts.first_messages(root, item)
+    missed = item.get("missed_function") or {}
+    turns_text: list[list[str]] = []
+    executed: list[list[list[str]]] = []
+    n_prompt = n_gen = 0
+    end = "done"
+    degenerate = False
+    for t, turn_msgs in enumerate(item["question"]):
+        if str(t) in missed:
+            turn_msgs = [prompts.added_functions_message(root, missed[str(t)])]
+        if t > 0:
+            messages.extend(turn_msgs)
+        steps_text: list[str] = []
+        executed.append([])
+        count = 0
+        while True:
+            prompt = engine.chat_prompt(messages)
+            n_tok = len(engine.tokenize(prompt, add_bos=False))
+            room = engine.n_ctx - n_tok - 2
+            if room < 8:
+                end = "context_overflow"
+                break
+            gen = engine.generate(prompt, max_tokens=min(max_tokens, room))
+            n_prompt += gen.n_prompt_tokens
+            n_gen += gen.n_gen_tokens
+            degenerate = degenerate or is_degenerate(gen.text)
+            steps_text.append(gen.text)
+            messages.append({"role": "assistant", "content": gen.text})
+            calls = decode_step(gen.text)
+            if calls is None:
+                break
+            executed[-1].append(calls)
+            out = executor.run(item, executed)
+            if "error" in out:
+                results = [f"Error during execution: {out['error']}"] * len(calls)
+            else:
+                results = out["turns"][-1][-1]
+            messages.extend(prompts.tool_messages(results, calls))
+            count += 1
+            if count > step_limit:
+                end = "force_terminated"
+                break
+        turns_text.append(steps_text)
+        if end != "done":
+            break
+    return {"item_id": item["id"], "category": item["category"], "turns": turns_text, "end": end,
+            "text": "\n".join(s for turn in turns_text for s in turn), "n_prompt_tokens": n_prompt,
+            "n_gen_tokens": n_gen, "finish_reason": end, "seconds": time.perf_counter() - t0,
+            "degenerate": degenerate, "sandbox_runs": executor.runs}
+
+
+def _unordered_contains(needles: list, hay: list) -> tuple[bool, list]:
+    pool = list(hay)
+    missing = []
+    for x in needles:
+        try:
+            pool.remove(x)
+        except ValueError:
+            missing.append(x)
+    return not missing, missing
+
+
+def verdict(item: dict, rec: dict, executor: SandboxExecutor) -> dict:
+    """BFCL's multi-turn verdict from a saved generation record."""
+    gt: list[list[str]] = item["ground_truth"]
+    turns = rec.get("turns") or []
+    if rec.get("end") == "force_terminated" or len(turns) != len(gt):
+        return {"correct": False, "error_type": "multi_turn:force_terminated", "parse_failed": False,
+                "detail": f"{len(turns)} turns generated for {len(gt)} ({rec.get('end')})"}
+    model_turns = [[c for c in (decode_step(s) for s in steps) if c is not None] for steps in turns]
+    parse_failed = all(not steps for steps in model_turns) and any(gt)
+    model = executor.run(item, model_turns)
+    truth = executor.run(item, [[calls] for calls in gt])
+    for name, out in (("model", model), ("ground truth", truth)):
+        if "error" in out:
+            return {"correct": False, "error_type": "multi_turn:sandbox_error", "parse_failed": parse_failed,
+                    "detail": f"{name} replay: {out['error']}"}
+    model_results_so_far: list[str] = []
+    for t, gt_calls in enumerate(gt):
+        for step in model["turns"][t]:
+            model_results_so_far.extend(step)
+        if not gt_calls:
+            continue
+        if not model_turns[t]:
+            return {"correct": False, "error_type": "multi_turn:empty_turn_model_response",
+                    "parse_failed": parse_failed, "detail": f"turn {t}"}
+        for cls, want in truth["states"][t].items():
+            got = model["states"][t].get(cls, {})
+            diff = sorted(k for k in want if k != "__class__" and got.get(k) != want[k])
+            if diff:
+                return {"correct": False, "error_type": "multi_turn:instance_state_mismatch",
+                        "parse_failed": parse_failed, "detail": f"turn {t}: {cls} differs in {diff}"}
+        ok, missing = _unordered_contains(truth["turns"][t][0], model_results_so_far)
+        if not ok:
+            return {"correct": False, "error_type": "multi_turn:execution_response_mismatch",
+                    "parse_failed": parse_failed, "detail": f"turn {t}: missing {str(missing)[:300]}"}
+    return {"correct": True, "error_type": None, "parse_failed": False}
