@@ -1,25 +1,43 @@
 """Degenerate-repetition detection: the seeds saw KV-cache quantization turn 101 of 148 answers
-into loops. A generation is flagged when its tail is dominated by one repeated n-gram."""
+into loops. A generation is flagged when its tail is dominated by repeated n-grams.
+
+The measure is the share of the tail's n-grams that are copies of an n-gram seen earlier in the
+tail: a loop of any period p (shorter than the tail) pushes it towards 1 - p/len, while prose, a
+numbered list or a list of distinct values stays near 0. Tokens are compared case- and
+punctuation-insensitively, so "is: 42." and "is: 42," count as the same step of a loop.
+"""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 TAIL_TOKENS = 200  # words looked at, from the end
 NGRAM = 4
-THRESHOLD = 0.5  # share of the tail's n-grams that are copies of its most common one
+THRESHOLD = 0.5  # share of the tail's n-grams that repeat an earlier one
+# A generation cut by the token budget (finish_reason "length") that is already this repetitive is
+# a loop too: loops run until the budget stops them, answers usually stop on their own.
+THRESHOLD_AT_LIMIT = 0.3
+
+_PUNCT = re.compile(r"^[\W_]+|[\W_]+$")
+
+
+def _units(text: str, n: int) -> list[str]:
+    """Whitespace words, normalised; a text with (almost) no spaces is split into characters, so
+    "aaaa..." and "}}}}..." loops are seen too."""
+    words = text.split()
+    if len(words) < 2 * n and len(text) >= 2 * n * 4:
+        return list(text.replace(" ", ""))
+    out = []
+    for w in words:
+        core = _PUNCT.sub("", w.lower())
+        out.append(core or w)  # a word that is all punctuation ("...", "}}") stays itself
+    return out
 
 
 def repeated_ngram_share(text: str, n: int = NGRAM, tail: int = TAIL_TOKENS) -> float:
-    """Share of the tail's n-grams that repeat an earlier n-gram in that tail (0 = none, →1 = loop).
-
-    Words are whitespace-split; a text with no spaces (a run of symbols) is split into characters,
-    so "aaaa..." and "}}}}..." loops are seen too.
-    """
-    words = text.split()
-    if len(words) < 2 * n and len(text) >= 2 * n * 4:
-        words = list(text.replace(" ", ""))
-    words = words[-tail:]
+    """Share of the tail's n-grams that repeat an earlier n-gram in that tail (0 = none, ->1 = loop)."""
+    words = _units(text, n)[-tail:]
     grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
     if len(grams) < 2 * n:
         return 0.0
@@ -30,5 +48,12 @@ def repeated_ngram_share(text: str, n: int = NGRAM, tail: int = TAIL_TOKENS) -> 
 
 def is_degenerate(text: str, n_gen_tokens: int | None = None, finish_reason: str | None = None,
                   threshold: float = THRESHOLD) -> bool:
-    """A loop: a high repeated-n-gram share over the tail of a long enough generation."""
-    return repeated_ngram_share(text) >= threshold
+    """A loop: a high repeated-n-gram share over the tail of a long enough generation.
+
+    With ``finish_reason == "length"`` the bar is lower (THRESHOLD_AT_LIMIT), never higher than
+    ``threshold``.
+    """
+    share = repeated_ngram_share(text)
+    if finish_reason == "length":
+        return share >= min(threshold, THRESHOLD_AT_LIMIT)
+    return share >= threshold

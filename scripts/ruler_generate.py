@@ -1,0 +1,43 @@
+"""Rule ruler_generate: RULER answers for one point, appended per item; the done marker last.
+
+generations.jsonl sits beside the marker and is not a declared output, on purpose: Snakemake
+deletes declared outputs before a job starts, which would throw away the answers a killed job
+already paid for. The marker (generations.done.json) is written only at the end, so a partial
+generations file never looks complete.
+"""
+
+import logging
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
+
+from quantladder import points  # noqa: E402
+from quantladder.benchmarks import ruler  # noqa: E402
+from quantladder.benchmarks.ruler import run as ruler_run  # noqa: E402
+from quantladder.io import read_json, read_jsonl, write_json  # noqa: E402
+from quantladder.scriptutil import main  # noqa: E402
+
+
+def run(smk):
+    log = logging.getLogger("quantladder.ruler")
+    pt = points.from_snakemake(smk, "ruler")
+    s = ruler.resolve_settings(smk.config["benchmarks"].get("ruler"))
+    meta = read_json(smk.input.meta)
+    gen_path = Path(smk.output.done).with_name("generations.jsonl")
+    gen_path.parent.mkdir(parents=True, exist_ok=True)
+    if pt.blocked:  # the anchor gate failed on this card: measure nothing, say why
+        write_json(smk.output.done, {"complete": False, "blocked": True, "reason": pt.anchor.get("reason"),
+                                     "items_sha256": meta["sha256"]})
+        return
+    items = read_jsonl(smk.input.item_file)
+    result = ruler_run.generate(items, pt.model_path, pt.engine_settings, gen_path, log=log,
+                                time_budget_s=s.get("time_budget_s"))
+    gens = read_jsonl(gen_path)
+    result.update({"blocked": False, "items_sha256": meta["sha256"], "kv": pt.kv, "type_k": pt.type_k,
+                   "type_v": pt.type_v, "n_generations": len(gens)})
+    log.info("ruler %s/%s/%s: %d of %d items answered", pt.family, pt.rung, pt.kv, result["done"], result["total"])
+    write_json(smk.output.done, result)
+
+
+main(run, snakemake)

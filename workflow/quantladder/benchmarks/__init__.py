@@ -1,0 +1,1 @@
+"""Task benchmarks: one small package per exam (items -> prompts -> parse -> score)."""
