@@ -268,3 +268,11 @@ def test_console_script_entry_point():
                        env={**os.environ, "MPLBACKEND": "Agg"})
     assert p.returncode == 0, p.stderr
     assert "best:  small/Q8_0/q8_0" in p.stdout
+
+
+def test_no_memory_rows_means_no_answer(df):
+    """Without memory rows nothing can be predicted: the answer says which figures are missing."""
+    r = rec.recommend(df[df["benchmark"] != "memory"], "24GiB", 4096, weights=BFCL, card="cpu-test")
+    assert not r["feasible"]
+    assert "No point in the dataset has the figures this request needs" in r["message"]
+    assert "no kv_bytes_predicted row" in r["message"]

@@ -243,3 +243,28 @@ def test_unknown_card_and_missing_dataset(tmp_path):
 
 def test_cli_report(gpu_b_html):
     assert gpu_b_html.startswith("<!DOCTYPE html>") and "Card gpu-b" in gpu_b_html
+
+
+def test_sparse_dataset_still_reports(tmp_path):
+    """Missing bits per weight, no memory/energy rows, a failed benchmark: the report says so instead of failing."""
+    import pandas as pd
+
+    from quantladder import dataset
+
+    df = pd.read_parquet(FIXTURE)
+    df = df[(df["card"] == "cpu-test") & ~df["benchmark"].isin(["memory", "energy"])].copy()
+    df.loc[df["family"] == "small", "bits_per_weight"] = None
+    df.loc[(df["benchmark"] == "perplexity") & (df["rung"] == "Q8_0"), ["status", "status_reason"]] = [
+        "failed", "llama_decode returned -1"]
+    df.loc[df["metric"] == "ppl", "stderr"] = None
+    rows = [{k: (None if pd.isna(v) else v) for k, v in r.items()} for r in df.to_dict("records")]
+    src = tmp_path / "points.parquet"
+    dataset.write(rows, src)
+    html = report.build(src, tmp_path / "r.html").read_text()
+    assert "no point has its bits per weight recorded" in html
+    assert "No Pareto front against memory" in html and "energy per token" in html
+    assert "llama_decode returned -1" in html
+    with Browser() as b:
+        b.open(tmp_path / "r.html")
+        assert b.console() == []
+        assert b.js("return document.querySelectorAll('figure[data-kind=curve][data-family=big]').length") > 5

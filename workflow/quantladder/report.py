@@ -166,6 +166,8 @@ def _status_legend(ax, statuses: set[str]):
 def curve_figure(F: Figures, rows: pd.DataFrame, family: str, benchmark: str, metric: str) -> str:
     """One figure against bits per weight with error bars; one line per KV type (× subset × n_ctx)."""
     rows = rows[rows["bits_per_weight"].notna()].copy()
+    if rows.empty:
+        return f'<p class="note">{esc(benchmark)} {esc(metric)}: no point has its bits per weight recorded.</p>'
     unit = rows["unit"].dropna().iloc[0] if rows["unit"].notna().any() else None
     ylab, div = unit_axis(unit, list(rows["value"]))
     rows["_subset"] = rows["subset"]
@@ -231,6 +233,8 @@ def overview_figure(F: Figures, rows: pd.DataFrame, card: str, benchmark: str, m
     import matplotlib
 
     rows = rows[rows["bits_per_weight"].notna()]
+    if rows.empty:
+        return f'<p class="note">{esc(benchmark)} {esc(metric)}: no point has its bits per weight recorded.</p>'
     unit = rows["unit"].dropna().iloc[0] if rows["unit"].notna().any() else None
     ylab, div = unit_axis(unit, list(rows["value"]))
     fams = sorted(rows["family"].unique())
@@ -643,6 +647,7 @@ svg.plot-svg{width:100%;height:auto;display:block}
 table{border-collapse:collapse;font-size:.82rem}
 th,td{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top;white-space:nowrap}
 th{background:#f4f4f4;position:sticky;top:0}
+table[id^=table-anchors] td:last-child,table[id^=table-manifest] td:nth-child(6){white-space:normal;min-width:18em}
 .badge{display:inline-block;padding:0 6px;border-radius:8px;font-size:.75rem;font-weight:600;border:1px solid}
 .st-ok{background:#e7f6e7;color:#1d6b1d}.st-unanchored{background:#fff;color:#8a5a00;border-style:dashed}
 .st-incomplete{background:#fff4d6;color:#8a5a00}.st-blocked,.st-failed{background:#fde4e4;color:#a11}
