@@ -13,6 +13,7 @@ if [ -x "$out/bin/llama-perplexity" ] && [ -x "$out/bin/llama-bench" ] && [ "$(c
 fi
 mkdir -p build/sdist
 if [ ! -f "build/sdist/llama_cpp_python-$ver.tar.gz" ]; then
+  # pip prepares the sdist's metadata first (it installs the build backend): minutes, once
   $PY -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$ver" -d build/sdist
 fi
 rm -rf build/src && mkdir -p build/src
