@@ -54,6 +54,7 @@ rule generate_code:
 rule score_code:
     input:
         done=CODE_DIR + "/generations.done.json",
+        gguf=get_rung_gguf,  # not read: the point's identity (manifest) comes with its sidecar
         info=get_rung_info,
         anchor=get_code_anchor,
         env=get_code_scoring_env,

