@@ -39,3 +39,10 @@ def resolve_settings(section: dict | None) -> dict:
         raise ConfigError(f"benchmarks.ruler.tasks asks for QA on {missing}: name their sources under "
                           f"benchmarks.ruler.qa.<dataset> (huggingface_hub or a local path)")
     return s
+
+
+def anchor_score(entry: dict) -> float:
+    """The anchor gate's hook (quantladder.anchors looks it up here); see ``anchor``."""
+    from .anchor import anchor_score as _score
+
+    return _score(entry)
