@@ -3,8 +3,10 @@
 # saved replies' tests in the sandbox only (quantladder.sandbox). The Slurm profile places
 # score_code on its own partition (the scoring host), by rule name.
 
+import os
+
 CODE_SUITES = ["humaneval", "bigcodebench_hard"]
-CODE_DIR = POINT_DIR + "/{suite}"
+CODE_DIR = os.path.join(POINT_DIR, "{suite}")
 
 
 wildcard_constraints:
@@ -38,37 +40,37 @@ rule generate_code:
         info=get_rung_info,
         anchor=get_code_anchor,
     output:
-        done=CODE_DIR + "/generations.done.json",
-    params:
-        spec=get_code_spec,
+        done=os.path.join(CODE_DIR, "generations.done.json"),
     log:
         "logs/generate_code/{card}/{family}/{rung}/{kv}/{suite}.log",
     threads: workflow.cores
     resources:
         mem_mb=mem_mb_from_input(1.5),
         runtime=runtime_for("generate_code", 240),
+    params:
+        spec=get_code_spec,
     script:
         "../scripts/code_generate.py"
 
 
 rule score_code:
     input:
-        done=CODE_DIR + "/generations.done.json",
+        done=os.path.join(CODE_DIR, "generations.done.json"),
         gguf=get_rung_gguf,  # not read: the point's identity (manifest) comes with its sidecar
         info=get_rung_info,
         anchor=get_code_anchor,
         env=get_code_scoring_env,
     output:
-        metrics=CODE_DIR + "/metrics.json",
-        verdicts=CODE_DIR + "/verdicts.jsonl",
-    params:
-        spec=get_code_spec,
-        scorer=get_code_scorer_version,
+        metrics=os.path.join(CODE_DIR, "metrics.json"),
+        verdicts=os.path.join(CODE_DIR, "verdicts.jsonl"),
     log:
         "logs/score_code/{card}/{family}/{rung}/{kv}/{suite}.log",
     threads: workflow.cores
     resources:
         mem_mb=4096,
         runtime=runtime_for("score_code", 120),
+    params:
+        spec=get_code_spec,
+        scorer=get_code_scorer_version,
     script:
         "../scripts/code_score.py"

@@ -90,7 +90,9 @@ def test_rerun_is_a_noop_and_resume_keeps_replies(point):
     before = (d / "generations.jsonl").read_text()
     proc = _snakemake(wd, str(d.relative_to(wd) / "metrics.json"))
     assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr
+    # A generation job killed before its marker: no marker, never scored; the jsonl stays.
     (d / "generations.done.json").unlink()
+    (d / "metrics.json").unlink()
     proc = _snakemake(wd, str(d.relative_to(wd) / "metrics.json"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     done = json.loads((d / "generations.done.json").read_text())

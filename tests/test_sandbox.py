@@ -156,6 +156,22 @@ def test_output_is_bounded(py):
     assert len(r.stdout) < 80 << 10 and r.stdout.rstrip().endswith("END")
 
 
+def test_private_tmpfs_are_bounded_and_multiprocessing_works(py):
+    exe, binds = py
+    prog = ("import multiprocessing as mp, os\n"
+            "if __name__ == '__main__':\n"
+            "    with mp.Pool(2) as p:\n"
+            "        print(p.map(abs, [-1, -2]))\n"
+            "    for d in ('/work', '/tmp', '/dev/shm'):\n"
+            "        s = os.statvfs(d)\n"
+            "        print(d, s.f_blocks * s.f_frsize)\n")
+    r = run_sandboxed([exe, "-I", "main.py"], {"main.py": prog}, Limits(disk_bytes=16 << 20), extra_ro_binds=binds)
+    assert r.kind == "ok", r
+    lines = r.stdout.splitlines()
+    assert lines[0] == "[1, 2]"
+    assert all(int(line.split()[1]) == 16 << 20 for line in lines[1:])
+
+
 def test_files_must_stay_inside_the_work_dir(py):
     with pytest.raises(ValueError):
         run_sandboxed(["/bin/true"], {"../escape.py": "x"})
@@ -204,6 +220,10 @@ HOSTILE = {
     "infinite_loop": ("while True:\n    pass\n", "timeout"),
     "fill_the_disk": ("i = 0\nwhile True:\n    open(f'/tmp/fill{{i}}', 'wb').write(b'0' * (8 << 20)); i += 1\n",
                       "violation"),
+    "fill_shared_memory": ("i = 0\nwhile True:\n    open(f'/dev/shm/fill{{i}}', 'wb').write(b'0' * (8 << 20)); i += 1\n",
+                           "violation"),
+    "fill_the_work_dir": ("i = 0\nwhile True:\n    open(f'fill{{i}}', 'wb').write(b'0' * (8 << 20)); i += 1\n",
+                          "violation"),
     "kill_the_parent": ("import os, signal\nos.kill({host_pid}, signal.SIGKILL)\n", "violation"),
     "kill_everything": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(1, signal.SIGKILL)\n"
                         "os.kill(-1, signal.SIGKILL)\nraise SystemExit(0)\n", None),

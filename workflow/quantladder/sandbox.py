@@ -469,7 +469,9 @@ def _bwrap_command(argv, files, limits: Limits, extra_ro_binds, fds: list[int]) 
         if not os.path.exists(src):
             raise SandboxUnavailable(f"sandbox bind {src!r} does not exist")
         cmd += _parents(dest, made) + ["--ro-bind", src, dest]
+    # /dev/shm: POSIX semaphores (multiprocessing) live there; bounded like the other tmpfs.
     cmd += ["--proc", "/proc", "--dev", "/dev",
+            "--perms", "01777", "--size", str(int(limits.disk_bytes)), "--tmpfs", "/dev/shm",
             "--perms", "01777", "--size", str(int(limits.disk_bytes)), "--tmpfs", "/tmp",
             "--perms", "0777", "--size", str(int(limits.disk_bytes)), "--tmpfs", "/work"]
     passwd = f"root:x:0:0::/:/usr/sbin/nologin\nsandbox:x:{uid}:{gid}:sandbox:/tmp:/usr/sbin/nologin\n"
