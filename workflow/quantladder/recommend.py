@@ -151,31 +151,61 @@ class Candidate:
         return d
 
 
-def _memory(rows: pd.DataFrame, ctx: int, file_bytes) -> tuple[float, float, float, list[str]] | str:
-    """(weights, KV at ctx, buffers, notes) or the reason it cannot be predicted."""
+def _nn(x):
+    """None for a missing figure (NaN from pandas), else the value."""
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+
+
+def _pick(rows: list[dict], ctx: int | None) -> dict | None:
+    """Record version of dataset_view.pick_ctx: the row measured at the context covering ``ctx``."""
+    if not rows:
+        return None
+    with_ctx = [r for r in rows if r["n_ctx"] is not None]
+    if not with_ctx:
+        return rows[0]
+    if ctx is not None:
+        above = [r for r in with_ctx if r["n_ctx"] >= ctx]
+        if above:
+            return min(above, key=lambda r: r["n_ctx"])
+    return max(with_ctx, key=lambda r: r["n_ctx"])
+
+
+def _whole(rows: list[dict]) -> list[dict]:
+    """Record version of dataset_view.whole for one (point, benchmark, metric)."""
+    no_subset = [r for r in rows if r["subset"] is None]
+    if no_subset:
+        return no_subset
+    return rows if len({r["subset"] for r in rows}) == 1 else []
+
+
+def _memory(fig: dict, ctx: int, file_bytes) -> tuple[float, float, float, list[str]] | str:
+    """(weights, KV at ctx, buffers, notes) or the reason it cannot be predicted.
+
+    ``fig`` maps (benchmark, metric) to the point's rows that carry a value.
+    """
     notes = []
-    mem = rows[rows["benchmark"] == "memory"]
-    w = mem[(mem["metric"] == "weights_bytes") & mem["value"].notna()]
-    if not w.empty:
-        weights = float(w["value"].iloc[0])
-    elif file_bytes is not None and not pd.isna(file_bytes):
-        weights, _ = float(file_bytes), notes.append("weights taken as the GGUF file size (no weights_bytes row)")
+    w = fig.get(("memory", "weights_bytes"), [])
+    if w:
+        weights = float(w[0]["value"])
+    elif file_bytes is not None:
+        weights = float(file_bytes)
+        notes.append("weights taken as the GGUF file size (no weights_bytes row)")
     else:
         return "no weights_bytes row and no file_bytes"
-    kv = mem[(mem["metric"] == "kv_bytes_predicted") & mem["value"].notna() & mem["n_ctx"].notna() & (mem["n_ctx"] > 0)]
-    if kv.empty:
+    kv = [r for r in fig.get(("memory", "kv_bytes_predicted"), []) if r["n_ctx"] and r["n_ctx"] > 0]
+    if not kv:
         return "no kv_bytes_predicted row (memory measure missing for this point)"
-    r = kv.loc[kv["n_ctx"].idxmax()]
+    r = max(kv, key=lambda r: r["n_ctx"])
     kv_per_token = float(r["value"]) / float(r["n_ctx"])
     kv_bytes = kv_per_token * ctx
-    buf = dv.pick_ctx(mem[(mem["metric"] == "compute_buffer_bytes") & mem["value"].notna()], ctx)
+    buf = _pick(fig.get(("memory", "compute_buffer_bytes"), []), ctx)
     if buf is not None:
         buffers = float(buf["value"])
-        if buf["n_ctx"] is not None and not pd.isna(buf["n_ctx"]) and buf["n_ctx"] < ctx:
+        if buf["n_ctx"] is not None and buf["n_ctx"] < ctx:
             notes.append(f"compute buffers measured at n_ctx {int(buf['n_ctx'])}, below the requested context")
     else:
-        tot = dv.pick_ctx(mem[(mem["metric"] == "predicted_total_bytes") & mem["value"].notna()], ctx)
-        if tot is not None and tot["n_ctx"] is not None and not pd.isna(tot["n_ctx"]):
+        tot = _pick(fig.get(("memory", "predicted_total_bytes"), []), ctx)
+        if tot is not None and tot["n_ctx"] is not None:
             buffers = max(0.0, float(tot["value"]) - weights - kv_per_token * float(tot["n_ctx"]))
         else:
             buffers = 0.0
@@ -226,7 +256,7 @@ def candidates(df: pd.DataFrame, ctx: int, weights: dict[str, float] | None = No
         if len(cards) > 1:
             raise RecommendError(f"the dataset holds several cards {cards}: name one (figures differ between cards)")
         card = cards[0] if cards else None
-    df = df[df["card"] == card]
+    df = df[(df["card"] == card) & (df["metric"] != "generation_hash")]  # per-item rows: not figures
     if df.empty:
         raise RecommendError(f"no rows for card {card!r} in the dataset (cards: {cards})")
     notes: list[str] = []
@@ -238,40 +268,54 @@ def candidates(df: pd.DataFrame, ctx: int, weights: dict[str, float] | None = No
         raise RecommendError("all task weights are 0: give at least one benchmark a positive weight")
     spec = _score_spec(df, weights)
     wsum = sum(weights.values())
+    # Plain records grouped once: a dataset of hundreds of points answers in well under a second.
+    cols = dv.POINT + ["benchmark", "metric", "subset", "n_ctx", "value", "stderr", "unit", "status",
+                       "status_reason", "bits_per_weight", "file_bytes"]
+    points: dict[tuple, dict] = {}
+    for r in df[cols].to_dict("records"):
+        for c in ("n_ctx", "value", "stderr", "bits_per_weight", "file_bytes"):
+            r[c] = _nn(r[c])
+        if r["n_ctx"] is not None:
+            r["n_ctx"] = int(r["n_ctx"])
+        pt = points.setdefault((r["family"], r["rung"], r["kv"]), {"fig": {}, "bench": {}, "bpw": None, "fb": None})
+        pt["bench"].setdefault(r["benchmark"], []).append(r)
+        if r["value"] is not None and r["metric"] != "status":
+            pt["fig"].setdefault((r["benchmark"], r["metric"]), []).append(r)
+        pt["bpw"] = r["bits_per_weight"] if r["bits_per_weight"] is not None else pt["bpw"]
+        pt["fb"] = r["file_bytes"] if r["file_bytes"] is not None else pt["fb"]
     out, excluded = [], []
-    for key, rows in df.groupby(dv.POINT, dropna=False):
-        _, family, rung, kv = key
+    for (family, rung, kv), pt in sorted(points.items(), key=lambda kv_: tuple(str(x) for x in kv_[0])):
+        fig = pt["fig"]
         reason = None
-        mem = _memory(rows, ctx, rows["file_bytes"].max())
+        mem = _memory(fig, ctx, pt["fb"])
         if isinstance(mem, str):
             reason = mem
-        trained = rows[(rows["metric"] == "n_ctx_train") & rows["value"].notna()]
-        if not reason and not trained.empty and ctx > trained["value"].max():
-            reason = f"the model was trained for {int(trained['value'].max())} tokens of context, fewer than {ctx}"
+        trained = fig.get(("memory", "n_ctx_train"), [])
+        if not reason and trained and ctx > max(r["value"] for r in trained):
+            reason = (f"the model was trained for {int(max(r['value'] for r in trained))} tokens of context, "
+                      f"fewer than {ctx}")
         scores, caveats = {}, []
         total, var, var_known = 0.0, 0.0, True
         for wkey, (bench, metric) in spec.items():
             if reason:
                 break
-            brows = rows[(rows["benchmark"] == bench)]
-            bad = brows[brows["status"].isin(dv.BAD_STATUSES)]
-            if not bad.empty:
-                reason = f"{bench} is {bad['status'].iloc[0]}: {bad['status_reason'].iloc[0] or 'no reason given'}"
+            bad = [r for r in pt["bench"].get(bench, []) if r["status"] in dv.BAD_STATUSES]
+            if bad:
+                reason = f"{bench} is {bad[0]['status']}: {bad[0]['status_reason'] or 'no reason given'}"
                 break
-            mrows = dv.whole(dv.figures(brows[brows["metric"] == metric]))
-            r = dv.pick_ctx(mrows, ctx)
+            mrows = _whole(fig.get((bench, metric), []))
+            r = _pick(mrows, ctx)
             if r is None:
                 reason = f"no {bench}/{metric} figure"
                 break
             st = r["status"] or "ok"
             if st in dv.CAVEAT_STATUSES:
                 caveats.append(f"{bench} is {st}" + (f" ({r['status_reason']})" if r["status_reason"] else ""))
-            nctx = None if pd.isna(r["n_ctx"]) else int(r["n_ctx"])
-            if nctx is not None and nctx < ctx and mrows["n_ctx"].notna().any():
-                caveats.append(f"{bench} measured up to n_ctx {nctx}, below the requested {ctx}")
-            se = None if pd.isna(r["stderr"]) else float(r["stderr"])
+            if r["n_ctx"] is not None and r["n_ctx"] < ctx:
+                caveats.append(f"{bench} measured up to n_ctx {r['n_ctx']}, below the requested {ctx}")
+            se = r["stderr"]
             scores[wkey] = {"benchmark": bench, "metric": metric, "value": float(r["value"]), "stderr": se,
-                            "unit": r["unit"], "n_ctx": nctx, "status": st, "weight": weights[wkey]}
+                            "unit": r["unit"], "n_ctx": r["n_ctx"], "status": st, "weight": weights[wkey]}
             total += weights[wkey] * float(r["value"])
             if se is None:
                 var_known = False
@@ -281,15 +325,12 @@ def candidates(df: pd.DataFrame, ctx: int, weights: dict[str, float] | None = No
             excluded.append({"name": f"{family}/{rung}/{kv}", "reason": reason})
             continue
         weights_b, kv_b, buf_b, mnotes = mem
-        sp = dv.whole(dv.figures(rows[(rows["benchmark"] == "speed") & (rows["metric"] == "tg_tokens_per_s")]))
-        spr = dv.pick_ctx(sp, ctx)
-        tg = None if spr is None else float(spr["value"])
-        tg_se = None if spr is None or pd.isna(spr["stderr"]) else float(spr["stderr"])
+        spr = _pick(_whole(fig.get(("speed", "tg_tokens_per_s"), [])), ctx)
         out.append(Candidate(
-            card=card, family=family, rung=rung, kv=kv,
-            bits_per_weight=None if pd.isna(rows["bits_per_weight"].max()) else float(rows["bits_per_weight"].max()),
+            card=card, family=family, rung=rung, kv=kv, bits_per_weight=pt["bpw"],
             weights_bytes=weights_b, kv_bytes=kv_b, buffer_bytes=buf_b, memory_bytes=weights_b + kv_b + buf_b,
-            tg_tokens_per_s=tg, tg_stderr=tg_se, score=total / wsum,
+            tg_tokens_per_s=None if spr is None else float(spr["value"]),
+            tg_stderr=None if spr is None else spr["stderr"], score=total / wsum,
             score_stderr=math.sqrt(var) / wsum if var_known else None, scores=scores, caveats=caveats + mnotes))
     out.sort(key=lambda c: (-c.score, c.memory_bytes, c.name))
     return out, excluded, weights, notes
