@@ -47,7 +47,8 @@ def ruler_mem_mb(wildcards, input):
         k, v = parse_kv(wildcards.kv)
         kv_mb = info.kv_bytes(ruler_max_length(), k, v) / 2**20
     except (OSError, KeyError, TypeError, ValueError):
-        kv_mb = input.size_mb  # sidecar not readable yet: assume a cache as large as the model
+        # The sidecar is not readable yet: assume a cache as large as the model.
+        kv_mb = input.size_mb
     return int(input.size_mb + 1.2 * kv_mb + overhead)
 
 
@@ -58,14 +59,14 @@ rule ruler_items:
     output:
         item_file=RULER_ITEMS + "/items.jsonl",
         meta=RULER_ITEMS + "/items.json",
-    params:
-        spec=get_ruler_items_spec,
     log:
         "logs/ruler_items/{family}.log",
     threads: 1
     resources:
         mem_mb=mem_mb_from_input(1.2),
         runtime=runtime_for("ruler_items", 60),
+    params:
+        spec=get_ruler_items_spec,
     script:
         "../scripts/ruler_items.py"
 
@@ -80,15 +81,15 @@ rule ruler_generate:
     output:
         # generations.jsonl lives beside this marker and is not declared: see scripts/ruler_generate.py.
         done=RULER_DIR + "/generations.done.json",
-    params:
-        spec=spec_hash("ruler"),
-        version=get_ruler_version,
     log:
         "logs/ruler_generate/{card}/{family}/{rung}/{kv}.log",
     threads: workflow.cores
     resources:
         mem_mb=ruler_mem_mb,
         runtime=runtime_for("ruler_generate", 240),
+    params:
+        spec=spec_hash("ruler"),
+        version=get_ruler_version,
     script:
         "../scripts/ruler_generate.py"
 
@@ -105,14 +106,14 @@ rule ruler_score:
         metrics=RULER_DIR + "/metrics.json",
         manifest=RULER_DIR + "/manifest.json",
         verdicts=RULER_DIR + "/verdicts.jsonl",
-    params:
-        spec=spec_hash("ruler"),
-        version=get_ruler_version,
     log:
         "logs/ruler_score/{card}/{family}/{rung}/{kv}.log",
     threads: 1
     resources:
         mem_mb=1024,
         runtime=runtime_for("ruler_score", 10),
+    params:
+        spec=spec_hash("ruler"),
+        version=get_ruler_version,
     script:
         "../scripts/ruler_score.py"

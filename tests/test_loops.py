@@ -56,3 +56,15 @@ def test_budget_cut_lowers_the_bar_but_not_for_clean_text():
     assert loops.THRESHOLD_AT_LIMIT <= share < loops.THRESHOLD
     assert loops.is_degenerate(text, finish_reason="length")
     assert not loops.is_degenerate(text, finish_reason="stop")
+
+
+def test_counting_loop_is_flagged():
+    # SmolLM2-135M's reply to a RULER cwe item at 2048 tokens (f16 KV), cut at 120 tokens.
+    text = " " + " ".join(f"{i}. building" for i in range(1, 40))
+    assert loops.is_degenerate(text, finish_reason="length")
+    assert loops.is_degenerate(text, finish_reason="stop")
+
+
+def test_a_long_list_of_distinct_numbers_is_not_a_loop():
+    text = "The special magic numbers are " + ", ".join(str(1000003 * i % 9999991) for i in range(1, 40)) + "."
+    assert not loops.is_degenerate(text, finish_reason="length")

@@ -20,6 +20,7 @@ THRESHOLD = 0.5  # share of the tail's n-grams that repeat an earlier one
 THRESHOLD_AT_LIMIT = 0.3
 
 _PUNCT = re.compile(r"^[\W_]+|[\W_]+$")
+_NUMBER = re.compile(r"^[\d.,:#-]+$")
 
 
 def _units(text: str, n: int) -> list[str]:
@@ -35,15 +36,26 @@ def _units(text: str, n: int) -> list[str]:
     return out
 
 
-def repeated_ngram_share(text: str, n: int = NGRAM, tail: int = TAIL_TOKENS) -> float:
-    """Share of the tail's n-grams that repeat an earlier n-gram in that tail (0 = none, ->1 = loop)."""
-    words = _units(text, n)[-tail:]
+def _share(words: list[str], n: int) -> float:
     grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
     if len(grams) < 2 * n:
         return 0.0
     counts = Counter(grams)
     repeats = sum(c - 1 for c in counts.values())
     return repeats / len(grams)
+
+
+def repeated_ngram_share(text: str, n: int = NGRAM, tail: int = TAIL_TOKENS) -> float:
+    """Share of the tail's n-grams that repeat an earlier n-gram in that tail (0 = none, ->1 = loop).
+
+    A loop with a counter in it ("1. building 2. building 3. building ...", seen from SmolLM2 on
+    RULER's cwe) has no repeated n-gram while the numbers change, so the share is also taken with
+    the bare numbers left out, and the larger of the two counts. A list of distinct values has
+    nothing left once its numbers are out, so it is not taken for a loop.
+    """
+    words = _units(text, n)[-tail:]
+    words_only = [w for w in words if not _NUMBER.match(w)]
+    return max(_share(words, n), _share(words_only, n))
 
 
 def is_degenerate(text: str, n_gen_tokens: int | None = None, finish_reason: str | None = None,
