@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -76,10 +77,19 @@ def scale_config(n_families: int, n_rungs: int, only: list[str] | None = None) -
     return cfg
 
 
+CPU_S: dict[int, float] = {}
+
+
 def run(cmd: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess]:
+    """Wall seconds (and, in CPU_S[id(proc)], the CPU seconds the command used: on a shared
+    machine the wall clock also counts other people's load)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
-    return time.perf_counter() - t0, proc
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU_S[id(proc)] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, proc
 
 
 def job_total(text: str) -> int | None:
@@ -99,15 +109,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--families", type=int, default=20)
     ap.add_argument("--rungs", type=int, default=15, help="rungs per family, the reference included")
-    ap.add_argument("--measures", default=None,
-                    help="comma-separated measures/benchmarks (default: every one the workflow has)")
+    ap.add_argument("--measures", default="perplexity,speed,memory,humaneval,bfcl,ruler",
+                    help="comma-separated measures and task benchmarks (six, as in the seed's plan)")
     ap.add_argument("--profile", action="store_true", help="cProfile the first dry run")
     ap.add_argument("--keep", action="store_true", help="keep the temporary working directory")
     ap.add_argument("--max-plan-s", type=float, default=20.0)
     ap.add_argument("--max-noop-s", type=float, default=10.0)
     args = ap.parse_args()
 
-    cfg = scale_config(args.families, args.rungs, args.measures.split(",") if args.measures else None)
+    cfg = scale_config(args.families, args.rungs, args.measures.split(","))
     n_points = sum(1 + len(f["rungs"]) + len(f.get("prebuilt", {})) for f in cfg["families"].values())
     n_measures = len(cfg["measures"]) + len(cfg.get("benchmarks", {}))
     work = Path(tempfile.mkdtemp(prefix="quantladder-dagscale-"))
@@ -133,7 +143,8 @@ def main() -> int:
             print(f"dry run FAILED after {t_plan:.1f} s")
             return 1
         jobs = job_total(proc.stdout + proc.stderr)
-        print(f"dry run, nothing present: {t_plan:.1f} s for {jobs} jobs "
+        cpu_plan = CPU_S[id(proc)]
+        print(f"dry run, nothing present: {t_plan:.1f} s wall, {cpu_plan:.1f} s CPU, for {jobs} jobs "
               f"(target <= {args.max_plan_s:.0f} s)")
 
         # Make every planned output, all with one mtime, then plan again: nothing to do.
@@ -148,10 +159,14 @@ def main() -> int:
         t_noop, proc = run(base + ["--quiet", "all"], work)
         text = proc.stdout + proc.stderr
         nothing = "Nothing to be done" in text or job_total(text) in (None, 0)
-        print(f"dry run, every output present ({len(outs)} files): {t_noop:.1f} s, "
+        cpu_noop = CPU_S[id(proc)]
+        print(f"dry run, every output present ({len(outs)} files): {t_noop:.1f} s wall, {cpu_noop:.1f} s CPU, "
               f"{'nothing to do' if nothing else 'jobs left: ' + str(job_total(text))} "
               f"(target <= {args.max_noop_s:.0f} s)")
         ok = proc.returncode == 0 and nothing and t_plan <= args.max_plan_s and t_noop <= args.max_noop_s
+        load = os.getloadavg()[0]
+        print(f"load average {load:.1f} on {os.cpu_count()} CPUs"
+              + ("" if ok else "; with a load above the CPU count, compare the CPU seconds with the targets"))
         print("PASS" if ok else "FAIL")
         if not nothing:
             print(text[-3000:])
