@@ -23,13 +23,12 @@ def get_bfcl_scorer_version(wildcards):
 
 
 def get_bfcl_reference_verdicts(wildcards):
-    """The reference rung's verdicts, for flips; none for the reference point itself."""
+    """The reference point's verdicts (reference rung, f16 KV cache), for flips; none for the
+    reference point itself. As with KLD, a quantized KV cache's flips then include what it costs."""
     ref = qconfig.reference_rung(config, wildcards.family)
-    if wildcards.rung == ref:
+    if wildcards.rung == ref and wildcards.kv == "f16":
         return []
-    return (
-        f"results/{wildcards.card}/points/{wildcards.family}/{ref}/{wildcards.kv}/bfcl/verdicts.jsonl"
-    )
+    return f"results/{wildcards.card}/points/{wildcards.family}/{ref}/f16/bfcl/verdicts.jsonl"
 
 
 rule bfcl_data:

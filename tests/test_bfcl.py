@@ -239,21 +239,20 @@ def test_real_model_sample_gives_verdicts_and_rows(smollm_q8, bfcl_record, tmp_p
     assert table.num_rows == len(rows)
 
 
-def test_generation_and_scoring_rules_run(repo_root, tmp_path, bfcl_record, smollm_q8):
-    """The rule scripts themselves, through Snakemake, on a copy of the workflow with a tiny config."""
+def test_generation_and_scoring_rules_run(repo_root, tmp_path, bfcl_record, smollm_f16, smollm_q8):
+    """The rule scripts themselves, through Snakemake, on a copy of the workflow with a tiny config:
+    the Q8_0 point and, for its flips, the F16 reference point."""
     work = tmp_path / "wf"
     for d in ("rules", "scripts", "config", "workflow"):
         shutil.copytree(repo_root / d, work / d, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     smk = work / "Snakefile"
     smk.write_text('configfile: "config/config.yaml"\n'
                    + "".join(f'include: "rules/{r}.smk"\n' for r in ("common", "models", "anchors", "bfcl")))
-    model_dir = work / "resources" / "models" / "smollm2-135m-instruct" / "quantized"
-    model_dir.mkdir(parents=True)
-    (model_dir / "Q8_0.gguf").symlink_to(smollm_q8)
-    from quantladder import models
-
-    (model_dir / "Q8_0.gguf.json").write_text(json.dumps({"sha256": "test", "info": {}, "method": "test"}))
-    del models
+    for kind, rung, path in (("quantized", "Q8_0", smollm_q8), ("reference", "F16", smollm_f16)):
+        model_dir = work / "resources" / "models" / "smollm2-135m-instruct" / kind
+        model_dir.mkdir(parents=True)
+        (model_dir / f"{rung}.gguf").symlink_to(path)
+        (model_dir / f"{rung}.gguf.json").write_text(json.dumps({"sha256": "test", "info": {}, "method": "test"}))
     data_dir = work / "resources" / "bfcl"
     shutil.copytree(bfcl_record["root"], data_dir / "data")
     (data_dir / "data.json").write_text(json.dumps({**bfcl_record, "root": str(data_dir / "data")}))
@@ -276,3 +275,30 @@ def test_generation_and_scoring_rules_run(repo_root, tmp_path, bfcl_record, smol
     assert m["status"] == "unanchored" and m["manifest"]["data"]["sha256"] == bfcl_record["sha256"]
     assert {(r["metric"], r["subset"]) for r in m["rows"]} >= {("accuracy", "simple_python"), ("accuracy", "irrelevance")}
     assert len((point / "verdicts.jsonl").read_text().splitlines()) == 2
+    names = {r["metric"] for r in m["rows"]}
+    assert {"flip_rate", "flips_right_to_wrong", "parse_failure_rate", "degenerate_loops"} <= names
+    ref = json.loads((point.parents[2] / "F16/f16/bfcl/metrics.json").read_text())
+    assert "flip_rate" not in {r["metric"] for r in ref["rows"]}  # the reference has nothing to flip against
+    # scoring again reads the saved generations only: no generation job reruns
+    proc = subprocess.run(cmd[:-2] + ["--forcerun", "bfcl_score", "--", target], cwd=work, capture_output=True,
+                          text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "bfcl_generate" not in proc.stderr.split("Job stats")[-1]
+
+
+def test_anchor_runner_through_the_gate(smollm_q8, bfcl_record, tmp_path, monkeypatch):
+    """anchors.evaluate finds benchmarks.bfcl.anchor_score; an unreachable anchor model is 'unanchored'."""
+    from quantladder import anchors
+
+    monkeypatch.chdir(tmp_path)  # the runner keeps its generations under resources/bfcl/anchor/
+    rec_path = tmp_path / "data.json"
+    rec_path.write_text(json.dumps(bfcl_record))
+    entry = {"benchmark": "bfcl", "model": {"path": str(smollm_q8)}, "metric": "accuracy", "subset": "simple_python",
+             "published": 0.0, "citation": "test", "tolerance": 100, "data_record": str(rec_path), "gpu_layers": 0,
+             "settings": {"categories": ["simple_python"], "limit": 1, "max_tokens": 8, "n_ctx": 2048}}
+    ident = {"label": "cpu", "kind": "cpu"}
+    res = anchors.evaluate("bfcl", [entry], ident)
+    assert res["status"] == "passed" and res["anchors"][0]["reproduced"] in (0.0, 100.0)
+    gone = {**entry, "model": {"path": str(tmp_path / "absent.gguf")}}
+    res = anchors.evaluate("bfcl", [gone], ident)
+    assert res["status"] == "unanchored" and "absent.gguf" in res["reason"]
