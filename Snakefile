@@ -18,6 +18,7 @@ include: "rules/bfcl.smk"
 include: "rules/code.smk"
 include: "rules/ruler.smk"
 include: "rules/aggregate.smk"
+include: "rules/recommend.smk"
 
 
 rule all:

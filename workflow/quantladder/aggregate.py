@@ -17,7 +17,29 @@ def collect(metrics_paths: list[str]) -> list[dict]:
     for p in metrics_paths:
         rows.extend(dataset.rows_from_point(p))
     rows.extend(flip_rows(metrics_paths))
+    rows.extend(generation_hash_rows(metrics_paths))
     return rows
+
+
+def generation_hash_rows(metrics_paths: list[str]) -> list[dict]:
+    """One row per generated item (metric `generation_hash`, subset = item id), so the same
+    points on two cards can be compared output by output (the seeds: 21/148 identical)."""
+    from .dataset_view import generation_hash_value
+
+    out = []
+    for p in map(Path, metrics_paths):
+        gens = p.with_name("generations.jsonl")
+        if not gens.exists():
+            continue
+        base = dataset.rows_from_point(p)[0]
+        for g in read_jsonl(gens):
+            if "item_id" not in g or g.get("text") is None:
+                continue
+            row = dict(base)
+            row.update({"metric": "generation_hash", "subset": str(g["item_id"]), "value": generation_hash_value(g["text"]),
+                        "unit": "sha256[:52]", "stderr": None, "n": 1, "n_ctx": g.get("n_ctx"), "higher_is_better": None})
+            out.append(row)
+    return out
 
 
 def flip_rows(metrics_paths: list[str]) -> list[dict]:
