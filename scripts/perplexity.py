@@ -10,6 +10,7 @@ from quantladder import points  # noqa: E402
 from quantladder.engine import RawContext  # noqa: E402
 from quantladder.io import read_json, sha256_file  # noqa: E402
 from quantladder.measures import perplexity as ppl  # noqa: E402
+from quantladder import budget  # noqa: E402
 from quantladder.scriptutil import main  # noqa: E402
 
 
@@ -22,7 +23,7 @@ def run(smk):
     n = proto.n_seq * proto.n_ctx
     with RawContext(pt.model_path, n_ctx=n, n_batch=n, n_seq_max=proto.n_seq, kv=pt.kv, n_threads=pt.threads,
                     n_gpu_layers=pt.config.get("gpu_layers", 0), flash_attn=pt.config.get("flash_attn")) as ctx:
-        res = ppl.run(ctx, text, proto, reference=reference)
+        res = ppl.run(ctx, text, proto, reference=reference, deadline=budget.from_snakemake(smk).deadline)
         engine = ctx.resolved
     s = ppl.summarize(res)
     data = {"name": settings["corpus"], "sha256": sha256_file(smk.input.corpus),

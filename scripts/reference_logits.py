@@ -10,6 +10,7 @@ from quantladder import card  # noqa: E402
 from quantladder.engine import RawContext  # noqa: E402
 from quantladder.io import read_json, sha256_file, write_json  # noqa: E402
 from quantladder.measures import perplexity as ppl  # noqa: E402
+from quantladder import budget  # noqa: E402
 from quantladder.scriptutil import main  # noqa: E402
 
 
@@ -25,7 +26,8 @@ def run(smk):
     with RawContext(smk.input.gguf, n_ctx=proto.n_seq * proto.n_ctx, n_batch=proto.n_seq * proto.n_ctx,
                     n_seq_max=proto.n_seq, kv="f16", n_threads=threads,
                     n_gpu_layers=cfg.get("gpu_layers", 0), flash_attn=cfg.get("flash_attn")) as ctx:
-        res = ppl.run(ctx, text, proto, write_reference=smk.output.logits, ref_header=header)
+        res = ppl.run(ctx, text, proto, write_reference=smk.output.logits, ref_header=header,
+                      deadline=budget.from_snakemake(smk).deadline)
     s = ppl.summarize(res)
     write_json(smk.output.info, {**header, "ppl": s["ppl"], "ppl_err": s["ppl_err"], "n_tokens": s["n_tokens"],
                                  "n_chunks": s["n_chunks"], "seconds": res["seconds"],

@@ -99,3 +99,15 @@ def test_mismatched_reference_is_refused(reference, smollm_q8):
         other = P.Protocol(n_ctx=128, n_batch=1024, max_chunks=4)
         with pytest.raises(DataError, match="n_ctx 256 != 128"):
             P.run(ctx, TEXT, other, reference=P.ReferenceReader(path))
+
+
+def test_a_pass_past_its_deadline_stops_and_leaves_no_reference(smollm_q8, tmp_path):
+    import time
+
+    from quantladder.budget import BudgetReached
+
+    out = tmp_path / "ref.qlogits"
+    with _ctx(smollm_q8) as ctx:
+        with pytest.raises(BudgetReached, match="budget reached"):
+            P.run(ctx, TEXT, PROTO, write_reference=out, deadline=time.time() - 1)
+    assert not out.exists() and not list(tmp_path.glob("*.partial"))

@@ -180,11 +180,16 @@ def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = 
     n_seq = proto.n_seq
     chunk_pos = np.arange(n_ctx, dtype=np.int32)
     done = 0
+    chunk_s = 0.0  # the slowest chunk group so far: the next must fit before the deadline
     ok = False
     try:
         for c0 in range(0, n_chunk, n_seq):
-            if deadline is not None and time.time() > deadline:
-                raise TimeoutError(f"perplexity pass stopped at chunk {c0}/{n_chunk}: time budget reached")
+            if deadline is not None and time.time() + chunk_s > deadline:
+                from ..budget import BudgetReached
+
+                raise BudgetReached(f"budget reached: perplexity pass stopped before chunk {c0}/{n_chunk} "
+                                    "(the job's runtime would be exceeded); rerun with a larger runtime")
+            t_chunk = time.perf_counter()
             ns = min(n_seq, n_chunk - c0)
             ctx.clear()
             # llama-perplexity splits a chunk into n_batch pieces when n_ctx > n_batch
@@ -222,6 +227,7 @@ def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = 
                     if reference is not None:
                         _kld_rows(lg, lse, target, *reference.chunk(c), out, sl)
             done = c0 + ns
+            chunk_s = max(chunk_s, time.perf_counter() - t_chunk)
             if progress_every and (done // n_seq) % max(1, progress_every // n_seq) == 0:
                 so_far = nll[: done * rows]
                 log.info("[%d/%d chunks] PPL so far %.4f (%.1f s)", done, n_chunk,
