@@ -22,6 +22,6 @@ include: "rules/recommend.smk"
 
 
 rule all:
+    default_target: True
     input:
         get_final_outputs(),
-    default_target: True

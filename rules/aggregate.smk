@@ -16,6 +16,8 @@ rule aggregate:
         "results/{card}/points.parquet",
     log:
         "logs/aggregate/{card}.log",
+    conda:
+        "../envs/quantladder.yaml"
     script:
         "../scripts/aggregate.py"
 
@@ -27,6 +29,8 @@ rule curves:
         "results/{card}/curves/{family}.parquet",
     log:
         "logs/curves/{card}/{family}.log",
+    conda:
+        "../envs/quantladder.yaml"
     script:
         "../scripts/aggregate.py"
 
@@ -42,5 +46,7 @@ rule report:
         ),
     log:
         "logs/report/{card}.log",
+    conda:
+        "../envs/quantladder.yaml"
     script:
         "../scripts/report.py"

@@ -15,7 +15,6 @@ import quantladder.manifest as qmanifest
 import quantladder.anchors as qanchors
 from quantladder import card as qcard
 
-
 validate(config, schema="../config/config.schema.yaml")
 for _bench, _section in config["benchmarks"].items():
     _schema = Path(workflow.basedir) / "config" / "schemas" / f"{_bench}.schema.yaml"
@@ -78,7 +77,9 @@ def get_final_outputs():
 
 def get_source_spec(wildcards):
     fam = config["families"][wildcards.family]
-    return json.dumps({"source": fam["source"], "sha256": fam.get("sha256")}, sort_keys=True)
+    return json.dumps(
+        {"source": fam["source"], "sha256": fam.get("sha256")}, sort_keys=True
+    )
 
 
 def get_prebuilt_spec(wildcards):
@@ -158,7 +159,8 @@ def get_reference_info(wildcards):
 
 def get_reference_logits(wildcards):
     """Every point (the reference too, as a check) is compared with the reference rung's stored
-    log-probs, taken with an f16 KV cache: KLD then includes what KV quantization costs."""
+    log-probs, taken with an f16 KV cache: KLD then includes what KV quantization costs.
+    """
     ppl = config["measures"]["perplexity"]
     if not ppl.get("kld", True):
         return []

@@ -10,14 +10,16 @@ rule reference_logits:
     output:
         logits="results/{card}/reference_logits/{family}/{corpus}-n{n_ctx}.qlogits",
         info="results/{card}/reference_logits/{family}/{corpus}-n{n_ctx}.json",
-    params:
-        spec=get_reference_logits_spec,
     log:
         "logs/reference_logits/{card}/{family}/{corpus}-n{n_ctx}.log",
+    conda:
+        "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
         mem_mb=mem_mb_from_input(1.5),
         runtime=runtime_for("reference_logits", 120),
+    params:
+        spec=get_reference_logits_spec,
     script:
         "../scripts/reference_logits.py"
 
@@ -30,16 +32,18 @@ rule perplexity:
         reference=get_reference_logits,
         anchor=get_anchor_status("perplexity"),
     output:
-        metrics=POINT_DIR + "/perplexity/metrics.json",
-        manifest=POINT_DIR + "/perplexity/manifest.json",
-    params:
-        spec=spec_hash("perplexity"),
+        metrics="results/{card}/points/{family}/{rung}/{kv}/perplexity/metrics.json",
+        manifest="results/{card}/points/{family}/{rung}/{kv}/perplexity/manifest.json",
     log:
         "logs/perplexity/{card}/{family}/{rung}/{kv}.log",
+    conda:
+        "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
         mem_mb=mem_mb_from_input(1.5),
         runtime=runtime_for("perplexity", 120),
+    params:
+        spec=spec_hash("perplexity"),
     script:
         "../scripts/perplexity.py"
 
@@ -50,16 +54,18 @@ rule speed:
         info=get_rung_info,
         anchor=get_anchor_status("speed"),
     output:
-        metrics=POINT_DIR + "/speed/metrics.json",
-        manifest=POINT_DIR + "/speed/manifest.json",
-    params:
-        spec=spec_hash("speed"),
+        metrics="results/{card}/points/{family}/{rung}/{kv}/speed/metrics.json",
+        manifest="results/{card}/points/{family}/{rung}/{kv}/speed/manifest.json",
     log:
         "logs/speed/{card}/{family}/{rung}/{kv}.log",
+    conda:
+        "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
         mem_mb=mem_mb_from_input(1.5),
         runtime=runtime_for("speed", 60),
+    params:
+        spec=spec_hash("speed"),
     script:
         "../scripts/speed.py"
 
@@ -70,16 +76,18 @@ rule memory:
         info=get_rung_info,
         anchor=get_anchor_status("memory"),
     output:
-        metrics=POINT_DIR + "/memory/metrics.json",
-        manifest=POINT_DIR + "/memory/manifest.json",
-    params:
-        spec=spec_hash("memory"),
+        metrics="results/{card}/points/{family}/{rung}/{kv}/memory/metrics.json",
+        manifest="results/{card}/points/{family}/{rung}/{kv}/memory/manifest.json",
     log:
         "logs/memory/{card}/{family}/{rung}/{kv}.log",
+    conda:
+        "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
         mem_mb=mem_mb_from_input(1.5),
         runtime=runtime_for("memory", 30),
+    params:
+        spec=spec_hash("memory"),
     script:
         "../scripts/memory.py"
 
@@ -90,16 +98,18 @@ rule energy:
         info=get_rung_info,
         anchor=get_anchor_status("energy"),
     output:
-        metrics=POINT_DIR + "/energy/metrics.json",
-        manifest=POINT_DIR + "/energy/manifest.json",
-    params:
-        spec=spec_hash("energy"),
-        idle_cache="results/{card}/idle_power.json",
+        metrics="results/{card}/points/{family}/{rung}/{kv}/energy/metrics.json",
+        manifest="results/{card}/points/{family}/{rung}/{kv}/energy/manifest.json",
     log:
         "logs/energy/{card}/{family}/{rung}/{kv}.log",
+    conda:
+        "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
         mem_mb=mem_mb_from_input(1.5),
         runtime=runtime_for("energy", 30),
+    params:
+        spec=spec_hash("energy"),
+        idle_cache="results/{card}/idle_power.json",
     script:
         "../scripts/energy.py"

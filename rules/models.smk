@@ -5,13 +5,15 @@ rule acquire_source:
     output:
         gguf="resources/models/{family}/source/source.gguf",
         info="resources/models/{family}/source/source.gguf.json",
-    params:
-        source=get_source_spec,
     log:
         "logs/acquire_source/{family}.log",
+    conda:
+        "../envs/quantladder.yaml"
     resources:
         mem_mb=1024,
         runtime=runtime_for("acquire_source", 120),
+    params:
+        source=get_source_spec,
     script:
         "../scripts/acquire.py"
 
@@ -20,13 +22,15 @@ rule acquire_prebuilt:
     output:
         gguf="resources/models/{family}/prebuilt/{rung}.gguf",
         info="resources/models/{family}/prebuilt/{rung}.gguf.json",
-    params:
-        source=get_prebuilt_spec,
     log:
         "logs/acquire_prebuilt/{family}/{rung}.log",
+    conda:
+        "../envs/quantladder.yaml"
     resources:
         mem_mb=1024,
         runtime=runtime_for("acquire_prebuilt", 120),
+    params:
+        source=get_prebuilt_spec,
     script:
         "../scripts/acquire.py"
 
@@ -40,6 +44,8 @@ rule reference_rung:
         info="resources/models/{family}/reference/{rung}.gguf.json",
     log:
         "logs/reference_rung/{family}/{rung}.log",
+    conda:
+        "../envs/quantladder.yaml"
     resources:
         mem_mb=mem_mb_from_input(6),
         runtime=runtime_for("reference_rung", 60),
@@ -54,15 +60,17 @@ rule quantize:
     output:
         gguf="resources/models/{family}/quantized/{rung}.gguf",
         info="resources/models/{family}/quantized/{rung}.gguf.json",
-    params:
-        options=get_quantize_options,
-        binary=config["quantize"].get("binary"),
-    threads: workflow.cores
     log:
         "logs/quantize/{family}/{rung}.log",
+    conda:
+        "../envs/quantladder.yaml"
+    threads: workflow.cores
     resources:
         mem_mb=mem_mb_from_input(2),
         runtime=runtime_for("quantize", 60),
+    params:
+        options=get_quantize_options,
+        binary=config["quantize"].get("binary"),
     script:
         "../scripts/quantize.py"
 
@@ -70,12 +78,14 @@ rule quantize:
 rule corpus:
     output:
         "resources/corpora/{corpus}.txt",
-    params:
-        source=get_corpus_spec,
     log:
         "logs/corpus/{corpus}.log",
+    conda:
+        "../envs/quantladder.yaml"
     resources:
         mem_mb=1024,
         runtime=30,
+    params:
+        source=get_corpus_spec,
     script:
         "../scripts/corpus.py"
