@@ -304,3 +304,23 @@ def test_schema_accepts_the_default_config_and_matches_the_defaults(repo_root):
         assert schema["properties"][key].get("default") == value, key
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**section, "tasks": ["niah_single_9"]}, schema)
+
+
+def test_memory_request_grows_with_the_kv_cache(tmp_path, smollm_q8, repo_root):
+    """rules/ruler.smk's mem_mb: model + KV predicted at the longest length (+ headroom)."""
+    from types import SimpleNamespace
+
+    from quantladder.benchmarks.ruler import rules as ruler_rules
+    from quantladder.gguf_meta import read_info
+
+    info = tmp_path / "rung.gguf.json"
+    info.write_text(json.dumps({"info": read_info(smollm_q8).as_dict()}))
+    cfg = {"resources": {"mem_overhead_mb": 0}, "benchmarks": {"ruler": {"lengths": [4096, 131072]}}}
+    mem = ruler_rules.mem_mb(cfg)
+    inp = SimpleNamespace(info=str(info), size_mb=100.0)
+    f16 = mem(SimpleNamespace(kv="f16"), inp)
+    q8 = mem(SimpleNamespace(kv="q8_0"), inp)
+    kv_f16_mb = read_info(smollm_q8).kv_bytes(131072, "f16", "f16") / 2**20
+    assert f16 == int(100 + 1.2 * kv_f16_mb) and q8 < f16
+    # Before the sidecar exists, the model size stands in for the cache.
+    assert mem(SimpleNamespace(kv="f16"), SimpleNamespace(info=str(tmp_path / "none.json"), size_mb=100.0)) == 220

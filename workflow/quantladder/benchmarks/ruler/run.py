@@ -16,6 +16,7 @@ from collections import defaultdict
 from ... import loops
 from ...dataset import metric_row
 from ...engine import Engine
+from ...errors import DataError
 from ...io import append_jsonl, read_jsonl
 from . import score as S
 
@@ -51,9 +52,11 @@ def generate(items: list[dict], model_path: str, settings_for_length, gen_path, 
                     break
                 toks = eng.tokenize(it["prompt"], add_bos=not eng._starts_with_bos(it["prompt"]))
                 if len(toks) + it["tokens_to_generate"] > eng.n_ctx:
-                    # Items are fitted with this family's tokenizer; a rung whose vocabulary differs is a config error.
-                    raise ValueError(f"ruler item {it['item_id']}: {len(toks)} prompt tokens + "
-                                     f"{it['tokens_to_generate']} exceed n_ctx {eng.n_ctx} for {model_path}")
+                    # Items are fitted with the reference rung's tokenizer; a rung (a prebuilt file)
+                    # whose vocabulary differs cannot answer the same prompts.
+                    raise DataError(f"ruler item {it['item_id']}: {len(toks)} prompt tokens + "
+                                    f"{it['tokens_to_generate']} exceed n_ctx {eng.n_ctx} for {model_path}: its "
+                                    "tokenizer differs from the reference rung's, which made the items")
                 g = eng.generate(toks, max_tokens=it["tokens_to_generate"])
                 rec = {"item_id": it["item_id"], "task": it["task"], "length": length, "text": g.text,
                        "n_prompt_tokens": g.n_prompt_tokens, "n_gen_tokens": g.n_gen_tokens,
