@@ -281,3 +281,33 @@ def test_secret_never_in_captured_output(py, secrets_planted):
     assert r.kind == "ok", r
     assert token not in r.stdout and token not in r.stderr
     assert r.stdout.count("FileNotFoundError") == 3
+
+
+def test_unprivileged_caller_uses_a_user_namespace_and_still_caps_forks():
+    """The other path: an ordinary user (a developer's laptop, a cluster job) runs bwrap with a user
+    namespace; the fork cap still holds. Run here by dropping this (root) test to uid 65534."""
+    if os.geteuid() != 0:
+        pytest.skip("exercised directly when the suite runs unprivileged")
+    if not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs the system python3 (the test interpreter is not readable by uid 65534)")
+    script = (
+        "import os, sys\n"
+        f"sys.path.insert(0, {str(REPO / 'workflow')!r})\n"
+        "from quantladder import sandbox\n"
+        "from quantladder.sandbox import Limits, run_sandboxed\n"
+        "print('desc', sandbox.check_backend())\n"
+        "prog = ('import os, time\\nn = 0\\ntry:\\n    while n < 1000:\\n        if os.fork() == 0:\\n'\n"
+        "        '            time.sleep(20); os._exit(0)\\n        n += 1\\nexcept OSError as e:\\n'\n"
+        "        '    print(\"forks\", n, e.errno, os.getuid())\\n')\n"
+        "r = run_sandboxed(['/usr/bin/python3', '-I', '-S', 'm.py'], {'m.py': prog}, Limits(nproc=16, wall_s=10))\n"
+        "print(r.kind, r.stdout.strip())\n")
+    import subprocess
+
+    out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+                          "/usr/bin/python3", "-"], input=script, capture_output=True, text=True, timeout=60,
+                         cwd="/tmp")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "user namespace" in lines[0]
+    kind, word, n, err, uid = lines[1].split()
+    assert kind == "ok" and word == "forks" and int(n) < 16 and int(err) == 11 and int(uid) == 65534
