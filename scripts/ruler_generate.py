@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
 from quantladder import points  # noqa: E402
 from quantladder.benchmarks import ruler  # noqa: E402
 from quantladder.benchmarks.ruler import run as ruler_run  # noqa: E402
-from quantladder.io import read_json, read_jsonl, write_json  # noqa: E402
+from quantladder.io import hash_obj, read_json, read_jsonl, write_json  # noqa: E402
 from quantladder.scriptutil import main  # noqa: E402
 
 
@@ -31,10 +31,13 @@ def run(smk):
                                      "items_sha256": meta["sha256"]})
         return
     items = read_jsonl(smk.input.item_file)
+    # Resume only from answers to these very items, by this very file, with these KV types.
+    run_key = hash_obj({"items": meta["sha256"], "model": pt.model_record.get("sha256"), "kv": pt.kv,
+                        "spec": smk.params.spec})[:16]
     result = ruler_run.generate(items, pt.model_path, pt.engine_settings, gen_path, log=log,
-                                time_budget_s=s.get("time_budget_s"))
+                                time_budget_s=s.get("time_budget_s"), run_key=run_key)
     gens = read_jsonl(gen_path)
-    result.update({"blocked": False, "items_sha256": meta["sha256"], "kv": pt.kv, "type_k": pt.type_k,
+    result.update({"blocked": False, "run_key": run_key, "items_sha256": meta["sha256"], "kv": pt.kv, "type_k": pt.type_k,
                    "type_v": pt.type_v, "n_generations": len(gens)})
     log.info("ruler %s/%s/%s: %d of %d items answered", pt.family, pt.rung, pt.kv, result["done"], result["total"])
     write_json(smk.output.done, result)

@@ -28,7 +28,8 @@ def run(smk):
             tmp.write_text("")
         return
     items = read_jsonl(smk.input.item_file)
-    gens = read_jsonl(Path(smk.input.done).with_name("generations.jsonl"))
+    gens = [g for g in read_jsonl(Path(smk.input.done).with_name("generations.jsonl"))
+            if g.get("run_key") == done.get("run_key")]
     verdicts = ruler_run.verdicts(items, gens)
     rows, summary = ruler_score.aggregate(verdicts, threshold=s["threshold"])
     info = pt.model_record.get("info")

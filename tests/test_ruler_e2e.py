@@ -103,6 +103,11 @@ def test_ruler_point_end_to_end(tmp_path, smollm_q8, items, kv, repo_root):
     assert len(saved["rows"]) == len(rows) == len(doc["rows"])
     assert (tmp_path / "manifest.json").exists()
 
+    # Answers of another run (other items, model or KV) are moved aside, never resumed from.
+    r3 = ruler_run.generate(its, pt.model_path, pt.engine_settings, gen, time_budget_s=0.0, run_key="other")
+    assert r3["done"] == 0 and read_jsonl(gen) == []
+    assert len(read_jsonl(next(tmp_path.glob(".generations.jsonl.*.stale")))) == len(gens)
+
 
 def test_q8_0_kv_predicts_about_half_the_f16_cache(smollm_q8):
     info = read_info(smollm_q8)

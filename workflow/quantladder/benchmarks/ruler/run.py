@@ -8,10 +8,12 @@ RULER's tokens to generate per task; the answer prefix is already in the prompt.
 
 from __future__ import annotations
 
+import os
 import resource
 import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 
 from ... import loops
 from ...dataset import metric_row
@@ -30,12 +32,23 @@ def peak_rss_bytes() -> int:
 
 
 def generate(items: list[dict], model_path: str, settings_for_length, gen_path, *, log=None,
-             time_budget_s: float | None = None) -> dict:
+             time_budget_s: float | None = None, run_key: str | None = None) -> dict:
     """Answer every item not yet in gen_path. settings_for_length(n_ctx) -> EngineSettings.
 
+    ``run_key`` names what the answers depend on (items hash, model hash, KV types). Answers left
+    by a run with another key (the config or the model changed since) are not resumed from: that
+    file is moved aside and the point starts afresh, so item ids never match stale answers.
     Returns {"done": n, "total": n, "complete": bool, "engine": {length: resolved settings}}.
     """
-    done = {r["item_id"] for r in read_jsonl(gen_path)}
+    old = read_jsonl(gen_path)
+    if old and any(r.get("run_key") != run_key for r in old):
+        stale = Path(gen_path).with_name(f".{Path(gen_path).name}.{int(time.time())}.stale")
+        os.replace(gen_path, stale)
+        if log:
+            log.warning("ruler: %s holds answers of another run (items, model or KV changed); moved to %s",
+                        gen_path, stale)
+        old = []
+    done = {r["item_id"] for r in old}
     by_length: dict[int, list[dict]] = defaultdict(list)
     for it in items:
         by_length[it["length"]].append(it)
@@ -58,7 +71,7 @@ def generate(items: list[dict], model_path: str, settings_for_length, gen_path, 
                                     f"{it['tokens_to_generate']} exceed n_ctx {eng.n_ctx} for {model_path}: its "
                                     "tokenizer differs from the reference rung's, which made the items")
                 g = eng.generate(toks, max_tokens=it["tokens_to_generate"])
-                rec = {"item_id": it["item_id"], "task": it["task"], "length": length, "text": g.text,
+                rec = {"item_id": it["item_id"], "run_key": run_key, "task": it["task"], "length": length, "text": g.text,
                        "n_prompt_tokens": g.n_prompt_tokens, "n_gen_tokens": g.n_gen_tokens,
                        "finish_reason": g.finish_reason, "seconds": round(g.seconds, 4),
                        "degenerate": loops.is_degenerate(g.text, g.n_gen_tokens, g.finish_reason),
