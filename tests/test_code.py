@@ -114,6 +114,23 @@ def test_generation_resumes_and_drops_other_specs(tmp_path):
     assert generate.generate_items(eng, items, out, spec="new")["n_generated"] == 0 and eng.calls == 3
 
 
+def test_a_prompt_too_long_is_an_empty_reply_not_a_dead_job(tmp_path):
+    class TooLong(_FakeEngine):
+        def generate(self, prompt, max_tokens, stop=()):
+            if "separate_paren_groups" in prompt:
+                raise ValueError("prompt of 9999 tokens does not fit n_ctx 512")
+            return super().generate(prompt, max_tokens, stop)
+
+    items = data.load_humaneval(limit=3)
+    out = tmp_path / "g.jsonl"
+    assert generate.generate_items(TooLong(), items, out, spec="s")["n_generated"] == 3
+    recs = {r["item_id"]: r for r in read_jsonl(out)}
+    assert recs["HumanEval/1"]["finish_reason"] == "prompt_too_long" and recs["HumanEval/1"]["code"] == ""
+    v = score.score_generations(items, list(recs.values()), FAST)
+    assert [x["item_id"] for x in v] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
+    assert not v[1]["correct"]
+
+
 def test_generation_module_never_imports_the_executor():
     src = (REPO / "workflow/quantladder/benchmarks/code/generate.py").read_text()
     assert "sandbox" not in src.split('"""', 2)[2] and "score" not in src.split('"""', 2)[2]

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Callable, Iterable
 
+from ...engine import Generation
 from ...io import append_jsonl, atomic_path, read_jsonl
 from ...loops import is_degenerate
 from . import prompts
@@ -61,11 +62,15 @@ def generate_items(engine, items: Iterable, out_path: str | os.PathLike, *, spec
         if budget is not None:
             budget.check(done=len(items) - len(todo) + i, total=len(items))
         prompt = prompts.chat_prompt(render, item.prompt, prompts.split_of(item))
-        if budget is not None:
-            with budget.item():
+        try:
+            if budget is not None:
+                with budget.item():
+                    gen = engine.generate(prompt, max_tokens=max_new_tokens, stop=prompts.STOP)
+            else:
                 gen = engine.generate(prompt, max_tokens=max_new_tokens, stop=prompts.STOP)
-        else:
-            gen = engine.generate(prompt, max_tokens=max_new_tokens, stop=prompts.STOP)
+        except ValueError as e:  # the prompt does not fit n_ctx: an empty reply, a failed item
+            log.warning("%s: %s", item.item_id, e)
+            gen = Generation(text="", n_prompt_tokens=0, n_gen_tokens=0, finish_reason="prompt_too_long", seconds=0.0)
         code = extract_code(gen.text, item.entry_point)
         append_jsonl(out_path, {
             "item_id": item.item_id, "task_id": item.task_id, "subset": item.subset, "spec": spec,

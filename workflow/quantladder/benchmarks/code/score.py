@@ -80,7 +80,9 @@ def run_program(program: str, mode: str, settings: ScoreSettings, _runner: list 
     nonce = secrets.token_hex(16)
     files = {"runner.py": _runner[0], "program.py": program, ".nonce": nonce,
              "job.json": json.dumps({"mode": mode, "program": "program.py"})}
-    flags = ["-I", "-S"] if mode == "script" else ["-I"]  # HumanEval needs the stdlib only
+    # HumanEval needs the standard library only: -S keeps every site-packages out (a reply importing
+    # numpy fails here, as HumanEval's protocol intends); BigCodeBench needs its scoring env's site.
+    flags = ["-I", "-S"] if mode == "script" else ["-I"]
     res = sandbox.run_sandboxed([python, *flags, "-u", "/work/runner.py"], files, settings.limits,
                                 backend=settings.backend,
                                 extra_ro_binds=list(binds) + list(settings.extra_ro_binds))
@@ -111,8 +113,11 @@ def run_program(program: str, mode: str, settings: ScoreSettings, _runner: list 
 def score_generations(items: Iterable, generations: list[dict], settings: ScoreSettings, threads: int = 1,
                       on_verdict: Callable[[dict], None] | None = None, skip: set[str] = frozenset()) -> list[dict]:
     """Score every generation whose item is known, ``threads`` sandboxes at a time, in item order."""
+    items = list(items)
     by_id = {it.item_id: it for it in items}
-    todo = [g for g in generations if g["item_id"] in by_id and g["item_id"] not in skip]
+    order = {it.item_id: i for i, it in enumerate(items)}
+    todo = sorted((g for g in generations if g["item_id"] in by_id and g["item_id"] not in skip),
+                  key=lambda g: order[g["item_id"]])  # verdicts in item order, whatever order replies came
     lock = threading.Lock()
 
     def one(g):
