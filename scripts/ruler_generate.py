@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
 
-from quantladder import points  # noqa: E402
+from quantladder import HARNESS_VERSION, points  # noqa: E402
 from quantladder.benchmarks import ruler  # noqa: E402
 from quantladder.benchmarks.ruler import run as ruler_run  # noqa: E402
 from quantladder.io import hash_obj, read_json, read_jsonl, write_json  # noqa: E402
@@ -31,9 +31,11 @@ def run(smk):
                                      "items_sha256": meta["sha256"]})
         return
     items = read_jsonl(smk.input.item_file)
-    # Resume only from answers to these very items, by this very file, with these KV types.
+    # Resume only from answers to these very items, by this very file, with these KV types and
+    # engine settings (a changed time budget alone keeps the answers already paid for).
     run_key = hash_obj({"items": meta["sha256"], "model": pt.model_record.get("sha256"), "kv": pt.kv,
-                        "spec": smk.params.spec})[:16]
+                        "gpu_layers": smk.config.get("gpu_layers", 0), "flash_attn": smk.config.get("flash_attn"),
+                        "harness": HARNESS_VERSION, "ruler": ruler.RULER_VERSION})[:16]
     result = ruler_run.generate(items, pt.model_path, pt.engine_settings, gen_path, log=log,
                                 time_budget_s=s.get("time_budget_s"), run_key=run_key)
     gens = read_jsonl(gen_path)
