@@ -248,3 +248,28 @@ def test_scoring_refuses_without_a_sandbox(tmp_path, monkeypatch):
         score_point.run(smk, REPO)
     assert not (tmp_path / "verdicts.jsonl").exists()
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_scoring_environment_interpreter_is_a_venv(tmp_path):
+    """BigCodeBench's tests run with the scoring environment's interpreter (a venv built from
+    envs/bigcodebench-eval.txt): its site-packages are visible in the sandbox, nothing else is."""
+    import subprocess
+    import sys
+    import sysconfig
+
+    venv = tmp_path / "bcb-env"
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = venv / Path(sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)})).relative_to(venv)
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "qlprobe_lib.py").write_text("ANSWER = 42\n")
+    items = data.load_bigcodebench_hard({"path": str(BCB_FIXTURE)}, splits=["complete"], limit=1)
+    it = items[0]
+    code = it.prefix + "    import qlprobe_lib\n    assert qlprobe_lib.ANSWER == 42\n" + it.extra["canonical_solution"]
+    settings = score.ScoreSettings(python=str(venv / "bin" / "python"), limits=sandbox.Limits(wall_s=10))
+    v = score.score_generations(items, [{"item_id": it.item_id, "code": code}], settings)
+    assert v[0]["correct"], v
+    # The host's own venv (this project's site-packages) is not what the sandbox sees.
+    probe = it.prefix + "    import quantladder\n" + it.extra["canonical_solution"]
+    v = score.score_generations(items, [{"item_id": it.item_id, "code": probe}], settings)
+    assert not v[0]["correct"] and "ModuleNotFoundError" in v[0]["detail"]

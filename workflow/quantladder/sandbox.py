@@ -464,16 +464,18 @@ def _bwrap_command(argv, files, limits: Limits, extra_ro_binds, fds: list[int]) 
     for p in ETC_RO:
         if os.path.exists(p):
             cmd += _parents(p, made) + ["--ro-bind", p, p]
-    for spec in extra_ro_binds:
-        src, dest = _parse_bind(spec)
-        if not os.path.exists(src):
-            raise SandboxUnavailable(f"sandbox bind {src!r} does not exist")
-        cmd += _parents(dest, made) + ["--ro-bind", src, dest]
     # /dev/shm: POSIX semaphores (multiprocessing) live there; bounded like the other tmpfs.
     cmd += ["--proc", "/proc", "--dev", "/dev",
             "--perms", "01777", "--size", str(int(limits.disk_bytes)), "--tmpfs", "/dev/shm",
             "--perms", "01777", "--size", str(int(limits.disk_bytes)), "--tmpfs", "/tmp",
             "--perms", "0777", "--size", str(int(limits.disk_bytes)), "--tmpfs", "/work"]
+    # Extra binds come after the private tmpfs, so that one under /tmp (a venv in a temp dir) is
+    # not hidden by it.
+    for spec in extra_ro_binds:
+        src, dest = _parse_bind(spec)
+        if not os.path.exists(src):
+            raise SandboxUnavailable(f"sandbox bind {src!r} does not exist")
+        cmd += _parents(dest, made) + ["--ro-bind", src, dest]
     passwd = f"root:x:0:0::/:/usr/sbin/nologin\nsandbox:x:{uid}:{gid}:sandbox:/tmp:/usr/sbin/nologin\n"
     group = f"root:x:0:\nsandbox:x:{gid}:\n"
     pass_fds: list[int] = []
