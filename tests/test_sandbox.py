@@ -8,6 +8,7 @@ its kind, no secret in its output, the test process alive, no process of the san
 from __future__ import annotations
 
 import os
+import shutil
 import secrets
 import socket
 import threading
@@ -311,3 +312,30 @@ def test_unprivileged_caller_uses_a_user_namespace_and_still_caps_forks():
     assert "user namespace" in lines[0]
     kind, word, n, err, uid = lines[1].split()
     assert kind == "ok" and word == "forks" and int(n) < 16 and int(err) == 11 and int(uid) == 65534
+
+
+def test_apptainer_command_isolates_like_bubblewrap(tmp_path):
+    """Apptainer (clusters): the command line carries the same walls; the work dir is private and removed."""
+    cleanup: list[str] = []
+    cmd, fds = sandbox._apptainer_command(["python3", "-I", "main.py"], {"main.py": "print(1)", "d/x.txt": b"x"},
+                                          Limits(wall_s=5, nproc=8), ["/opt/env"], "/images/score.sif", cleanup)
+    assert fds == [] and len(cleanup) == 1
+    work = Path(cleanup[0])
+    assert (work / "main.py").read_text() == "print(1)" and (work / "d" / "x.txt").read_bytes() == b"x"
+    for flag in ("--containall", "--cleanenv", "--no-home", "--no-privs", "--pid", "--net"):
+        assert flag in cmd
+    assert cmd[cmd.index("--network") + 1] == "none"
+    assert f"{work}:/work" in cmd and "/opt/env:/opt/env:ro" in cmd
+    i = cmd.index("/images/score.sif")
+    assert cmd[i + 1] == "prlimit" and "--nproc=8" in cmd and cmd[-3:] == ["python3", "-I", "main.py"]
+    import shutil
+
+    shutil.rmtree(work)
+
+
+@pytest.mark.skipif(not (shutil.which("apptainer") and os.environ.get("QUANTLADDER_APPTAINER_IMAGE")),
+                    reason="Apptainer and an image ($QUANTLADDER_APPTAINER_IMAGE) are present only on clusters")
+def test_apptainer_runs_and_has_no_network():
+    r = run_sandboxed(["python3", "-I", "-c", "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 53), 2)\n"
+                       "    print('NET')\nexcept OSError as e:\n    print('nonet', e.errno)\n"], {}, backend="apptainer")
+    assert r.kind == "ok" and "nonet" in r.stdout, r
