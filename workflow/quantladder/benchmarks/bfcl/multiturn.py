@@ -153,7 +153,9 @@ def verdict(item: dict, rec: dict, executor: SandboxExecutor) -> dict:
     """BFCL's multi-turn verdict from a saved generation record."""
     gt: list[list[str]] = item["ground_truth"]
     turns = rec.get("turns") or []
-    if rec.get("end") == "force_terminated" or len(turns) != len(gt):
+    # As in BFCL, a run cut short (step limit, context) fails when turns are missing; cut short
+    # in its last turn, it is judged on what it did.
+    if len(turns) != len(gt):
         return {"correct": False, "error_type": "multi_turn:force_terminated", "parse_failed": False,
                 "detail": f"{len(turns)} turns generated for {len(gt)} ({rec.get('end')})"}
     model_turns = [[c for c in (decode_step(s) for s in steps) if c is not None] for steps in turns]
