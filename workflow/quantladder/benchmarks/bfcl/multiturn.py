@@ -18,7 +18,9 @@ Both checks compare plain JSON snapshots on the host, after the sandbox runs.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -37,6 +39,10 @@ class SandboxExecutor:
     def __init__(self, root: str | Path, *, backend: str = "bubblewrap", python: str | None = None,
                  wall_s: float = 30.0):
         self.backend = backend
+        if python is None and importlib.util.find_spec("mpmath") is not None:
+            # This interpreter has mpmath (BFCL's math backend needs it): use it in the sandbox, read-only,
+            # so MathAPI results are exactly BFCL's. Otherwise the base interpreter and a stand-in.
+            python = sys.executable
         self.python, self.binds = qsandbox.host_python(python)
         self.limits = qsandbox.Limits(wall_s=wall_s, cpu_s=int(wall_s))
         self.base_files: dict[str, str] = {"runner.py": (HERE / "sandbox_runner.py").read_text(),
