@@ -218,6 +218,10 @@ HOSTILE = {
                             "violation"),
     "fork_bomb": ("import os\nwhile True:\n    os.fork()\n", "violation"),
     "memory_bomb": ("x = []\nwhile True:\n    x.append(bytearray(16 << 20))\n", "memory"),
+    "memory_bomb_many_processes": ("import os\nfor i in range(6):\n    if os.fork() == 0:\n"
+                                   "        x = bytearray(200 << 20)\n        x[::4096] = b'1' * len(x[::4096])\n"
+                                   "        os._exit(0)\nbad = sum(os.waitpid(-1, 0)[1] != 0 for _ in range(6))\n"
+                                   "assert bad == 0, f'{{bad}} children died'\n", "memory"),
     "infinite_loop": ("while True:\n    pass\n", "timeout"),
     "fill_the_disk": ("i = 0\nwhile True:\n    open(f'/tmp/fill{{i}}', 'wb').write(b'0' * (8 << 20)); i += 1\n",
                       "violation"),
@@ -251,7 +255,10 @@ def test_hostile_program_is_contained(name, secrets_planted):
 
     code = item.prompt + textwrap.indent(code, "    ") + item.extra["canonical_solution"]
     settings = score.ScoreSettings(limits=Limits(wall_s=5, cpu_s=5, address_space_bytes=256 << 20, nproc=32,
-                                                 disk_bytes=32 << 20))
+                                                 disk_bytes=32 << 20, memory_bytes=384 << 20))
+    if name == "memory_bomb_many_processes" and sandbox.memory_cgroup_root() is None:
+        # Each child stays under RLIMIT_AS; only a memory cgroup bounds them together.
+        pytest.skip("no memory cgroup can be made on this host (not root, or no memory controller)")
     _, program = score.program_for(item, code)
     t0 = time.perf_counter()
     try:

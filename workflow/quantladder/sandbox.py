@@ -29,6 +29,11 @@ are set by ``prlimit`` right before the command runs, as an unprivileged uid:
 * as an ordinary user, bwrap makes a user namespace (``--unshare-user``), the process count of the
   namespace's user is its own, and the same ``prlimit`` applies.
 
+As root, each sandbox also gets a memory cgroup of its own (``Limits.memory_bytes`` for all its
+processes together; cgroup v1 memory controller or v2), joined before bwrap starts: RLIMIT_AS is
+per process, so without it a program forking ``nproc`` children could still take nproc x address
+space. Where no cgroup can be made, ``check_backend`` says so and the rlimits are the bound.
+
 ``--die-with-parent`` and a new pid namespace mean that killing bwrap (the wall-clock timeout kills
 its whole process group) kills every process the program started: when the namespace's init dies,
 the kernel kills the rest of the namespace.
@@ -119,11 +124,14 @@ class Limits:
     file_size_bytes: int = 16 * MiB  # RLIMIT_FSIZE: largest file a process may write
     open_files: int = 256  # RLIMIT_NOFILE
     output_bytes: int = 1 * MiB  # captured per stream (stdout, stderr); the rest is dropped
-    disk_bytes: int = 64 * MiB  # size of each private tmpfs (/work and /tmp)
+    disk_bytes: int = 64 * MiB  # size of each private tmpfs (/work, /tmp, /dev/shm)
+    # All processes of the sandbox together (a memory cgroup, where this host lets us make one):
+    # RLIMIT_AS is per process, so without it nproc x address space is the only bound.
+    memory_bytes: int = 4 * GiB
 
     def __post_init__(self):
         for name in ("wall_s", "cpu_s", "address_space_bytes", "nproc", "file_size_bytes",
-                     "open_files", "output_bytes", "disk_bytes"):
+                     "open_files", "output_bytes", "disk_bytes", "memory_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"sandbox Limits.{name} must be positive, got {getattr(self, name)!r}")
 
@@ -140,6 +148,7 @@ class SandboxResult:
     truncated: bool = False  # some output was dropped (over Limits.output_bytes)
     backend: str = ""
     detail: str = ""
+    oom_kills: int = 0  # processes the sandbox's memory cgroup killed (0 where there is none)
 
     @property
     def ok(self) -> bool:
@@ -193,7 +202,12 @@ def check_backend(backend: str = "bubblewrap") -> str:
         raise SandboxUnavailable(
             f"the {name} sandbox does not start on this host ({exe}): "
             f"rc={res.returncode} {res.stderr.strip()[:500]!r}; " + INSTALL_HELP)
-    desc = f"{name} ({exe}; {'root: setpriv to a private uid' if os.geteuid() == 0 else 'user namespace'})"
+    desc = f"{name} ({exe}; {'root: setpriv to a private uid' if os.geteuid() == 0 else 'user namespace'}"
+    if name == "bubblewrap":
+        cg = memory_cgroup_root()
+        desc += f"; memory cap: {'cgroup ' + cg[0] if cg else 'none, RLIMIT_AS per process only'})"
+    else:
+        desc += ")"
     with _probe_lock:
         _probe_cache[backend] = desc
     return desc
@@ -244,6 +258,114 @@ def _under_system(path: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
+# memory cgroups: one per sandbox, where the host lets us make them (root, cgroup v1 memory
+# controller or a cgroup v2 tree with the memory controller). Best effort: without one, the
+# per-process RLIMIT_AS and RLIMIT_NPROC are the bound, and check_backend says so.
+
+CGROUP_NAME = "quantladder-sandbox"
+_cgroup_root: list = []
+
+
+def memory_cgroup_root() -> tuple[str, str] | None:
+    """(version, parent dir) under which per-sandbox memory cgroups are made, or None."""
+    if _cgroup_root:
+        return _cgroup_root[0]
+    found = None
+    if os.geteuid() == 0:
+        v1 = "/sys/fs/cgroup/memory"
+        try:
+            if os.path.exists(f"{v1}/memory.limit_in_bytes"):
+                os.makedirs(f"{v1}/{CGROUP_NAME}", exist_ok=True)
+                found = ("v1", f"{v1}/{CGROUP_NAME}")
+        except OSError:
+            found = None
+        if found is None:
+            v2 = "/sys/fs/cgroup"
+            try:
+                with open(f"{v2}/cgroup.controllers") as f:
+                    if "memory" in f.read().split():
+                        with open(f"{v2}/cgroup.subtree_control", "w") as f:
+                            f.write("+memory")
+                        os.makedirs(f"{v2}/{CGROUP_NAME}", exist_ok=True)
+                        with open(f"{v2}/{CGROUP_NAME}/cgroup.subtree_control", "w") as f:
+                            f.write("+memory")
+                        found = ("v2", f"{v2}/{CGROUP_NAME}")
+            except OSError:
+                found = None
+    _cgroup_root.append(found)
+    return found
+
+
+def _write(path: str, value) -> bool:
+    try:
+        with open(path, "w") as f:
+            f.write(str(value))
+        return True
+    except OSError:
+        return False
+
+
+def _make_cgroup(uid: int, limits: Limits) -> tuple[str, str] | None:
+    root = memory_cgroup_root()
+    if root is None:
+        return None
+    ver, parent = root
+    d = f"{parent}/s{uid}"
+    try:
+        os.makedirs(d, exist_ok=True)
+    except OSError:
+        return None
+    if ver == "v1":
+        ok = _write(f"{d}/memory.limit_in_bytes", int(limits.memory_bytes))
+        _write(f"{d}/memory.memsw.limit_in_bytes", int(limits.memory_bytes))  # where swap is accounted
+    else:
+        ok = _write(f"{d}/memory.max", int(limits.memory_bytes))
+        _write(f"{d}/memory.swap.max", 0)
+    if not ok:
+        _remove_cgroup(d)
+        return None
+    return ver, d
+
+
+def _cgroup_oom_kills(cg: tuple[str, str]) -> int:
+    ver, d = cg
+    name = "memory.oom_control" if ver == "v1" else "memory.events"
+    try:
+        with open(f"{d}/{name}") as f:
+            for line in f:
+                k, _, v = line.partition(" ")
+                if k == "oom_kill":
+                    return int(v)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _kill_cgroup(cg: tuple[str, str]) -> None:
+    try:
+        with open(f"{cg[1]}/cgroup.procs") as f:
+            pids = [int(x) for x in f.read().split()]
+    except OSError:
+        return
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _remove_cgroup(d: str) -> None:
+    for _ in range(100):  # the namespace's processes may take a moment to be reaped
+        try:
+            os.rmdir(d)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.01)
+
+
+# ---------------------------------------------------------------------------------------------
 # the runner
 
 
@@ -266,9 +388,14 @@ def _run(argv, files, limits: Limits, backend: str, extra_ro_binds, probe: bool 
     name, arg = _parse_backend(backend)
     fds: list[int] = []
     cleanup: list[str] = []
+    cg = None
     try:
         if name == "bubblewrap":
-            cmd, pass_fds = _bwrap_command(list(argv), files, limits, extra_ro_binds, fds)
+            cmd, pass_fds, uid = _bwrap_command(list(argv), files, limits, extra_ro_binds, fds)
+            cg = _make_cgroup(uid, limits) if os.geteuid() == 0 else None
+            if cg is not None:
+                # Join the cgroup before bwrap starts: every process of the sandbox is born in it.
+                cmd = ["/bin/sh", "-c", 'echo $$ > "$0" || exit 125; exec "$@"', f"{cg[1]}/cgroup.procs", *cmd]
         else:
             image = arg or os.environ.get("QUANTLADDER_APPTAINER_IMAGE")
             cmd, pass_fds = _apptainer_command(list(argv), files, limits, extra_ro_binds, image, cleanup)
@@ -285,17 +412,26 @@ def _run(argv, files, limits: Limits, backend: str, extra_ro_binds, probe: bool 
             fds.clear()
         out, err, timed_out, truncated = _collect(proc, t0 + limits.wall_s, limits.output_bytes)
         wall = time.perf_counter() - t0
+        oom_kills = 0
+        if cg is not None:
+            oom_kills = _cgroup_oom_kills(cg)
+            _kill_cgroup(cg)  # nothing should be left; if anything is, it goes now
     finally:
         for fd in fds:
             os.close(fd)
         for d in cleanup:
             shutil.rmtree(d, ignore_errors=True)
+        if cg is not None:
+            _remove_cgroup(cg[1])
     rc = proc.returncode
     stdout = out.decode("utf-8", errors="replace")
     stderr = err.decode("utf-8", errors="replace")
     kind, sig, detail = classify(rc, stderr, timed_out, backend=name)
+    if oom_kills and kind not in ("ok", "timeout"):
+        kind, detail = "memory", f"memory cgroup limit ({oom_kills} process(es) killed)"
     return SandboxResult(returncode=rc, stdout=stdout, stderr=stderr, timed_out=timed_out, wall_s=wall,
-                         kind=kind, signal=sig, truncated=truncated, backend=backend, detail=detail)
+                         kind=kind, signal=sig, truncated=truncated, backend=backend, detail=detail,
+                         oom_kills=oom_kills)
 
 
 def _collect(proc: subprocess.Popen, deadline: float, limit: int) -> tuple[bytes, bytes, bool, bool]:
@@ -395,6 +531,8 @@ def classify(rc: int | None, stderr: str, timed_out: bool, backend: str = "bubbl
     if sig == signal.SIGSYS:
         return "violation", sig, "forbidden system call (SIGSYS)"
     head = stderr.lstrip()[:2000]
+    if rc == 125 and "cgroup.procs" in head:
+        return "sandbox_error", sig, head.splitlines()[0]
     if backend == "bubblewrap" and head.startswith("bwrap:") or head.startswith(("setpriv:", "prlimit:")):
         return "sandbox_error", sig, head.splitlines()[0] if head else ""
     tail = stderr[-4000:]
@@ -445,7 +583,7 @@ def _parse_bind(spec: str) -> tuple[str, str]:
     return src, dest
 
 
-def _bwrap_command(argv, files, limits: Limits, extra_ro_binds, fds: list[int]) -> tuple[list[str], list[int]]:
+def _bwrap_command(argv, files, limits: Limits, extra_ro_binds, fds: list[int]) -> tuple[list[str], list[int], int]:
     root = os.geteuid() == 0
     cmd = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net",
            "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
@@ -505,7 +643,7 @@ def _bwrap_command(argv, files, limits: Limits, extra_ro_binds, fds: list[int]) 
         cmd += ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
                 "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
     cmd += _prlimit_argv(limits) + argv
-    return cmd, pass_fds
+    return cmd, pass_fds, uid
 
 
 def _parents(dest: str, made: set[str]) -> list[str]:

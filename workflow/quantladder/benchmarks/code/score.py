@@ -57,7 +57,7 @@ class ScoreSettings:
             address_space_bytes=int(sb.get("address_space_mb", 4096)) << 20,
             nproc=int(sb.get("nproc", 64)), file_size_bytes=int(sb.get("file_size_mb", 16)) << 20,
             open_files=int(sb.get("open_files", 256)), output_bytes=int(sb.get("output_kb", 256)) << 10,
-            disk_bytes=int(sb.get("disk_mb", 64)) << 20)
+            disk_bytes=int(sb.get("disk_mb", 64)) << 20, memory_bytes=int(sb.get("memory_mb", 4096)) << 20)
         return cls(backend=sb.get("backend", "bubblewrap"), python=sb.get("python"), limits=lim,
                    extra_ro_binds=tuple(sb.get("extra_ro_binds", ())))
 
@@ -96,6 +96,9 @@ def run_program(program: str, mode: str, settings: ScoreSettings, _runner: list 
         r = json.loads(found.group(2))
         out.update(passed=bool(r.get("passed")), error_type=None if r.get("passed") else (r.get("kind") or "runtime_error"),
                    detail=r.get("detail", ""))
+        if not out["passed"] and res.oom_kills:  # a process died for memory: that is why it failed
+            out.update(error_type="memory", detail=f"{res.oom_kills} process(es) killed at the memory limit; "
+                                                   + out["detail"])
         return out
     # No verdict line: the program never let the harness finish (killed, exited, or crashed).
     if res.kind == "timeout":
