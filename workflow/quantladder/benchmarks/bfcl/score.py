@@ -112,7 +112,4 @@ def metric_rows(verdicts: list[dict], categories: list[str]) -> list[dict]:
                                higher_is_better=False))
         rows.append(metric_row("degenerate_loops", sum(1 for v in verdicts if v.get("degenerate")), "1", n=n,
                                higher_is_better=False))
-        ov = _acc(verdicts)
-        rows.append(metric_row("accuracy_items_run", ov[0], "%", stderr=ov[1], n=ov[2], subset="items_run",
-                               higher_is_better=True))
     return rows
