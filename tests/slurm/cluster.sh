@@ -90,7 +90,7 @@ AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 # squeue-based status needs finished jobs to stay visible (>= 3x the plugin's init interval);
-# the tests also read partitions of finished jobs from `squeue -t all`, so keep them an hour.
+# the tests also read the partitions of finished jobs from scontrol, so keep them an hour.
 MinJobAge=3600
 ReturnToService=2
 SchedulerType=sched/backfill
@@ -125,8 +125,9 @@ start() {
             --pid-file="$DIR/munge-run/munged.pid" --seed-file="$DIR/munge/munged.seed" --force
         cp "$DIR/munge-run/munged.pid" "$DIR/munged.pid" 2>/dev/null || true
     fi
-    # -i: ignore saved state (a fresh cluster each start).
-    /usr/sbin/slurmctld -i -f "$CONF"
+    # A fresh cluster each start: no jobs from an earlier one (-c clears the saved state).
+    rm -rf "$DIR/state" "$DIR/spool" && mkdir -p "$DIR/state" "$DIR/spool"
+    /usr/sbin/slurmctld -c -i -f "$CONF"
     /usr/sbin/slurmd -N localhost -f "$CONF"
     local i
     for i in $(seq 1 100); do
