@@ -24,7 +24,8 @@ def get_bfcl_scorer_version(wildcards):
 
 def get_bfcl_reference_verdicts(wildcards):
     """The reference point's verdicts (reference rung, f16 KV cache), for flips; none for the
-    reference point itself. As with KLD, a quantized KV cache's flips then include what it costs."""
+    reference point itself. As with KLD, a quantized KV cache's flips then include what it costs.
+    """
     ref = qconfig.reference_rung(config, wildcards.family)
     if wildcards.rung == ref and wildcards.kv == "f16":
         return []
@@ -35,14 +36,14 @@ rule bfcl_data:
     output:
         record=BFCL_DATA + "/data.json",
         root=directory(BFCL_DATA + "/data"),
-    params:
-        source=get_bfcl_source,
     log:
         "logs/bfcl_data.log",
     threads: 1
     resources:
         mem_mb=1024,
         runtime=runtime_for("bfcl_data", 15),
+    params:
+        source=get_bfcl_source,
     script:
         "../scripts/bfcl_data.py"
 
@@ -55,14 +56,14 @@ rule bfcl_generate:
         data=BFCL_DATA + "/data.json",
     output:
         done=BFCL_DIR + "/generations.done.json",
-    params:
-        spec=spec_hash("bfcl"),
     log:
         "logs/bfcl_generate/{card}/{family}/{rung}/{kv}.log",
     threads: workflow.cores
     resources:
         mem_mb=mem_mb_from_input(1.5),
         runtime=runtime_for("bfcl_generate", 240),
+    params:
+        spec=spec_hash("bfcl"),
     script:
         "../scripts/bfcl_generate.py"
 
@@ -78,14 +79,14 @@ rule bfcl_score:
     output:
         metrics=BFCL_DIR + "/metrics.json",
         verdicts=BFCL_DIR + "/verdicts.jsonl",
-    params:
-        spec=spec_hash("bfcl"),
-        scorer=get_bfcl_scorer_version,
     log:
         "logs/bfcl_score/{card}/{family}/{rung}/{kv}.log",
     threads: 1
     resources:
         mem_mb=2048,
         runtime=runtime_for("bfcl_score", 60),
+    params:
+        spec=spec_hash("bfcl"),
+        scorer=get_bfcl_scorer_version,
     script:
         "../scripts/bfcl_score.py"
