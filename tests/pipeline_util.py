@@ -40,10 +40,9 @@ def write_config(workdir: Path, cfg: dict) -> Path:
 
 def snakemake(workdir: Path, *args: str, config: Path | None = None, timeout: int = 1200,
               check: bool = True) -> subprocess.CompletedProcess:
-    cmd = [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir), "--cores", "2"]
-    if config:
+    cmd = [SNAKEMAKE, *args, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir), "--cores", "2"]
+    if config:  # last: --configfile takes every word after it
         cmd += ["--configfile", str(config)]
-    cmd += list(args)
     env = {**os.environ, "PYTHONPATH": str(REPO / "workflow")}
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if check and r.returncode != 0:
