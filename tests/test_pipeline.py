@@ -111,8 +111,8 @@ def test_changing_one_rung_reruns_only_that_point(run):
 
 def test_rebuilding_the_dataset_recomputes_no_point(run):
     work, _, cfg_path, label, _ = run
-    r = snakemake(work, "-n", "--forcerun", "aggregate", "curves", "--", f"results/{label}/points.parquet",
-                  f"results/{label}/curves/{FAMILY}.parquet", config=cfg_path)
+    r = snakemake(work, "-n", f"results/{label}/points.parquet", f"results/{label}/curves/{FAMILY}.parquet",
+                  "--forcerun", "aggregate", "curves", config=cfg_path)
     assert {rule for rule, _ in planned_jobs(r.stdout)} == {"aggregate", "curves"}
 
 
