@@ -160,8 +160,11 @@ stop_pidfile() {
 }
 
 stop() {
-    # Jobs first, so no slurmstepd outlives the cluster.
-    command -v scancel >/dev/null && scancel --full --signal=KILL --user=root 2>/dev/null || true
+    # Jobs first, so no slurmstepd outlives the cluster (only with a live controller: scancel
+    # would otherwise retry for a minute).
+    if pid_alive "$DIR/slurmctld.pid" && command -v scancel >/dev/null; then
+        timeout 20 scancel --full --signal=KILL --user=root 2>/dev/null || true
+    fi
     stop_pidfile "$DIR/slurmd.pid" slurmd
     stop_pidfile "$DIR/slurmctld.pid" slurmctld
     stop_pidfile "$DIR/munge-run/munged.pid" munged
