@@ -169,6 +169,11 @@ stop() {
     stop_pidfile "$DIR/slurmctld.pid" slurmctld
     stop_pidfile "$DIR/munge-run/munged.pid" munged
     rm -f "$DIR/munged.pid"
+    # Without a controller, every Slurm client call (and so every snakemake start, which loads the
+    # Slurm plugin and asks `scontrol show config`) would wait ~30 s for it: take our config away.
+    for f in "$CONF" /etc/slurm/gres.conf; do
+        case "$(readlink "$f" 2>/dev/null)" in "$DIR"/*) rm -f "$f" ;; esac
+    done
 }
 
 status() {
