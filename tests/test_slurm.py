@@ -300,3 +300,24 @@ def test_ladder_on_slurm(cluster, tmp_path):
         for ra, rb in zip(a[key]["rows"], b[key]["rows"]):
             assert all(_close(x, y) for x, y in zip(ra, rb)), (key, ra, rb)
     print(f"slurm: {slurm_s:.0f} s (kill + rerun), {len(jobs)} Slurm jobs; local: {local_s:.0f} s")
+
+
+def test_budget_reads_the_slurm_time_limit(cluster, tmp_path):
+    """Inside a Slurm job with --time=5, the budget's deadline comes from squeue's time left."""
+    out = tmp_path / "budget.txt"
+    script = tmp_path / "job.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        f"{sys.executable} -c 'import sys; sys.path.insert(0, \"{REPO / 'workflow'}\"); "
+        "from quantladder import budget; "
+        "left = budget.slurm_time_left(); b = budget.from_runtime(None); "
+        f"open(\"{out}\", \"w\").write(f\"{{left}} {{b.remaining()}} {{b.source}}\")'\n")
+    _sh("sbatch", "-p", "cpu", "-A", "none", "--time=5", "-o", str(tmp_path / "job.log"), str(script))
+    t0 = time.monotonic()
+    while not out.exists() and time.monotonic() - t0 < 60:
+        time.sleep(0.5)
+    assert out.exists(), (tmp_path / "job.log").read_text() if (tmp_path / "job.log").exists() else "no job log"
+    left, remaining, *source = out.read_text().split()
+    assert 240 <= float(left) <= 300
+    # 5 minutes less the margin (a minute), from the scheduler's word
+    assert 200 <= float(remaining) <= 240 and source[0] == "slurm", out.read_text()
