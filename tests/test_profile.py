@@ -57,6 +57,8 @@ def test_site_file_decides_partitions_account_and_gres(monkeypatch, tmp_path):
     for rule in ("score_code", "bfcl_score", "ruler_score"):
         assert f"{rule}:slurm_partition=scoring" in res
         assert not any(r.startswith(f"{rule}:gpu") for r in res)
+    assert "speed:slurm_extra='--exclusive'" in res and "energy:slurm_extra='--exclusive'" in res
+    assert not any(r.startswith("perplexity:slurm_extra") for r in res)
     assert "quantize:slurm_partition=short" in res
     assert "slurm_account=proj42" in prof["default-resources"]
     assert "slurm_partition=short" in prof["default-resources"]
