@@ -28,9 +28,9 @@ from quantladder.measures import perplexity as P
 NUM = r"([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
 
 
-def llama_perplexity(exe, model, corpus, n_ctx, n_batch, chunks, threads, kl_base=None, kl=False):
+def llama_perplexity(exe, model, corpus, n_ctx, n_batch, chunks, threads, fa, kl_base=None, kl=False):
     cmd = [exe, "-m", str(model), "-f", str(corpus), "-c", str(n_ctx), "-b", str(n_batch),
-           "--chunks", str(chunks), "-t", str(threads)]
+           "--chunks", str(chunks), "-t", str(threads), "-fa", fa]
     if kl_base:
         cmd += ["--kl-divergence-base", str(kl_base)]
     if kl:
@@ -60,10 +60,11 @@ def llama_perplexity(exe, model, corpus, n_ctx, n_batch, chunks, threads, kl_bas
     return res
 
 
-def ours(model, text, proto, threads, write_reference=None, reference=None):
+def ours(model, text, proto, threads, fa, write_reference=None, reference=None):
     t0 = time.perf_counter()
     n = proto.n_seq * proto.n_ctx
-    with RawContext(str(model), n_ctx=n, n_batch=n, n_seq_max=proto.n_seq, n_threads=threads) as ctx:
+    with RawContext(str(model), n_ctx=n, n_batch=n, n_seq_max=proto.n_seq, n_threads=threads,
+                    flash_attn=fa == "on") as ctx:
         res = P.run(ctx, text, proto, write_reference=write_reference,
                     reference=P.ReferenceReader(reference) if reference else None)
     s = P.summarize(res)
@@ -80,6 +81,8 @@ def main():
     ap.add_argument("--batch", type=int, default=2048)
     ap.add_argument("--chunks", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--flash-attn", choices=["on", "off"], default="off",
+                    help="both sides alike: flash attention alone moves PPL by ~0.4%% on Q4_K_M here")
     ap.add_argument("--tools-dir")
     ap.add_argument("--workdir", default=str(REPO / "build" / "parity"))
     a = ap.parse_args()
@@ -99,12 +102,12 @@ def main():
         kl_base = Path(tmp) / "base.kld"
         our_ref = Path(tmp) / "base.qlogits"
         ref = names[0]
-        lc = {ref: llama_perplexity(exe, files[ref], corpus, a.n_ctx, a.batch, a.chunks, a.threads, kl_base=kl_base)}
-        ql = {ref: ours(files[ref], text, proto, a.threads, write_reference=our_ref)}
+        lc = {ref: llama_perplexity(exe, files[ref], corpus, a.n_ctx, a.batch, a.chunks, a.threads, a.flash_attn, kl_base=kl_base)}
+        ql = {ref: ours(files[ref], text, proto, a.threads, a.flash_attn, write_reference=our_ref)}
         base_sizes = (kl_base.stat().st_size, our_ref.stat().st_size)
         for n in names:
-            lc[n] = llama_perplexity(exe, files[n], corpus, a.n_ctx, a.batch, a.chunks, a.threads, kl_base=kl_base, kl=True)
-            ql[n] = ours(files[n], text, proto, a.threads, reference=our_ref)
+            lc[n] = llama_perplexity(exe, files[n], corpus, a.n_ctx, a.batch, a.chunks, a.threads, a.flash_attn, kl_base=kl_base, kl=True)
+            ql[n] = ours(files[n], text, proto, a.threads, a.flash_attn, reference=our_ref)
     rows = []
     for n in names:
         q, l = ql[n], lc[n]
@@ -117,7 +120,8 @@ def main():
             f"{100 * q['same_top'] - l.get('same_top', float('nan')):+.3f}",
             f"{q['seconds']:.1f}", f"{l['seconds']:.1f}", f"{q['seconds'] / l['seconds']:.2f}x",
         ])
-    print(f"corpus {corpus} ({len(text)} chars), n_ctx {a.n_ctx}, batch {a.batch}, chunks {a.chunks}, threads {a.threads}")
+    print(f"corpus {corpus} ({len(text)} chars), n_ctx {a.n_ctx}, batch {a.batch}, chunks {a.chunks}, "
+          f"threads {a.threads}, flash attention {a.flash_attn}")
     print(f"KL base files: llama.cpp {base_sizes[0] / 2**20:.1f} MiB, quantladder {base_sizes[1] / 2**20:.1f} MiB")
     print(f"reference pass (write base): quantladder {ql[names[0]]['seconds']:.1f} s, llama-perplexity {lc[names[0]]['seconds']:.1f} s")
     print(fmt_table(["rung", "PPL ours", "PPL llama.cpp", "ΔPPL", "KLD ours (nats)", "KLD llama.cpp",
