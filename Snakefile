@@ -19,6 +19,7 @@ include: "rules/code.smk"
 include: "rules/ruler.smk"
 include: "rules/aggregate.smk"
 include: "rules/recommend.smk"
+include: "rules/cluster.smk"
 
 
 rule all:

@@ -3,41 +3,15 @@
 # or the hub), answers per point (resumable, GPU host), verdicts per point from the saved answers
 # (scoring host: multi-turn calls run there, in the sandbox).
 
-BFCL_DATA = "resources/bfcl"
-BFCL_DIR = POINT_DIR + "/bfcl"
-BFCL_DEFAULT_SOURCE = {"wheel": {"version": "2026.3.23"}}
-
-
-def bfcl_section():
-    return config["benchmarks"].get("bfcl", {})
-
-
-def get_bfcl_source(wildcards):
-    return json.dumps(bfcl_section().get("source", BFCL_DEFAULT_SOURCE), sort_keys=True)
-
-
-def get_bfcl_scorer_version(wildcards):
-    from quantladder.benchmarks.bfcl import SCORER_VERSION
-
-    return SCORER_VERSION
-
-
-def get_bfcl_reference_verdicts(wildcards):
-    """The reference point's verdicts (reference rung, f16 KV cache), for flips; none for the
-    reference point itself. As with KLD, a quantized KV cache's flips then include what it costs.
-    """
-    ref = qconfig.reference_rung(config, wildcards.family)
-    if wildcards.rung == ref and wildcards.kv == "f16":
-        return []
-    return f"results/{wildcards.card}/points/{wildcards.family}/{ref}/f16/bfcl/verdicts.jsonl"
-
 
 rule bfcl_data:
     output:
-        record=BFCL_DATA + "/data.json",
-        root=directory(BFCL_DATA + "/data"),
+        record="resources/bfcl/data.json",
+        root=directory("resources/bfcl/data"),
     log:
         "logs/bfcl_data.log",
+    conda:
+        "../envs/quantladder.yaml"
     threads: 1
     resources:
         mem_mb=1024,
@@ -53,15 +27,19 @@ rule bfcl_generate:
         gguf=get_rung_gguf,
         info=get_rung_info,
         anchor=get_anchor_status("bfcl"),
-        data=BFCL_DATA + "/data.json",
+        data="resources/bfcl/data.json",
     output:
-        done=BFCL_DIR + "/generations.done.json",
+        done="results/{card}/points/{family}/{rung}/{kv}/bfcl/generations.done.json",
     log:
         "logs/bfcl_generate/{card}/{family}/{rung}/{kv}.log",
+    conda:
+        "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
-        mem_mb=mem_mb_from_input(1.5),
-        runtime=runtime_for("bfcl_generate", 240),
+        mem_mb=qres.mem_mb(
+            "inference", n_ctx=config["benchmarks"].get("bfcl", {}).get("n_ctx")
+        ),
+        runtime=qres.runtime_min("generate", config, rule="bfcl_generate"),
     params:
         spec=spec_hash("bfcl"),
     script:
@@ -70,17 +48,19 @@ rule bfcl_generate:
 
 rule bfcl_score:
     input:
-        done=BFCL_DIR + "/generations.done.json",
+        done="results/{card}/points/{family}/{rung}/{kv}/bfcl/generations.done.json",
         gguf=get_rung_gguf,
         info=get_rung_info,
         anchor=get_anchor_status("bfcl"),
-        data=BFCL_DATA + "/data.json",
+        data="resources/bfcl/data.json",
         reference_verdicts=get_bfcl_reference_verdicts,
     output:
-        metrics=BFCL_DIR + "/metrics.json",
-        verdicts=BFCL_DIR + "/verdicts.jsonl",
+        metrics="results/{card}/points/{family}/{rung}/{kv}/bfcl/metrics.json",
+        verdicts="results/{card}/points/{family}/{rung}/{kv}/bfcl/verdicts.jsonl",
     log:
         "logs/bfcl_score/{card}/{family}/{rung}/{kv}.log",
+    conda:
+        "../envs/quantladder.yaml"
     threads: 1
     resources:
         mem_mb=2048,

@@ -3,35 +3,9 @@
 # saved replies' tests in the sandbox only (quantladder.sandbox). The Slurm profile places
 # score_code on its own partition (the scoring host), by rule name.
 
-import os
-
-CODE_SUITES = ["humaneval", "bigcodebench_hard"]
-CODE_DIR = os.path.join(POINT_DIR, "{suite}")
-
 
 wildcard_constraints:
     suite="|".join(CODE_SUITES),
-
-
-def get_code_scorer_version(wildcards):
-    from quantladder.benchmarks.code.score import SCORER_VERSION
-
-    return SCORER_VERSION
-
-
-def get_code_anchor(wildcards):
-    return f"results/{wildcards.card}/anchors/{wildcards.suite}.json"
-
-
-def get_code_spec(wildcards):
-    return spec_hash(wildcards.suite)(wildcards)
-
-
-def get_code_scoring_env(wildcards):
-    """The pinned scoring environment (its hash enters the manifest); HumanEval needs none."""
-    if wildcards.suite == "bigcodebench_hard":
-        return "envs/bigcodebench-eval.txt"
-    return []
 
 
 rule generate_code:
@@ -40,13 +14,15 @@ rule generate_code:
         info=get_rung_info,
         anchor=get_code_anchor,
     output:
-        done=os.path.join(CODE_DIR, "generations.done.json"),
+        done="results/{card}/points/{family}/{rung}/{kv}/{suite}/generations.done.json",
     log:
         "logs/generate_code/{card}/{family}/{rung}/{kv}/{suite}.log",
+    conda:
+        "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
-        mem_mb=mem_mb_from_input(1.5),
-        runtime=runtime_for("generate_code", 240),
+        mem_mb=qres.mem_mb("inference", n_ctx=8192),
+        runtime=qres.runtime_min("generate", config, rule="generate_code"),
     params:
         spec=get_code_spec,
     script:
@@ -55,16 +31,18 @@ rule generate_code:
 
 rule score_code:
     input:
-        done=os.path.join(CODE_DIR, "generations.done.json"),
+        done="results/{card}/points/{family}/{rung}/{kv}/{suite}/generations.done.json",
         gguf=get_rung_gguf,  # not read: the point's identity (manifest) comes with its sidecar
         info=get_rung_info,
         anchor=get_code_anchor,
         env=get_code_scoring_env,
     output:
-        metrics=os.path.join(CODE_DIR, "metrics.json"),
-        verdicts=os.path.join(CODE_DIR, "verdicts.jsonl"),
+        metrics="results/{card}/points/{family}/{rung}/{kv}/{suite}/metrics.json",
+        verdicts="results/{card}/points/{family}/{rung}/{kv}/{suite}/verdicts.jsonl",
     log:
         "logs/score_code/{card}/{family}/{rung}/{kv}/{suite}.log",
+    conda:
+        "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
         mem_mb=4096,

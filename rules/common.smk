@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 import quantladder.config as qconfig
 import quantladder.manifest as qmanifest
 import quantladder.anchors as qanchors
+import quantladder.resources as qres
 from quantladder import card as qcard
 
 validate(config, schema="../config/config.schema.yaml")
@@ -39,6 +40,11 @@ wildcard_constraints:
 
 
 POINT_DIR = "results/{card}/points/{family}/{rung}/{kv}"
+# A perplexity context holds n_batch // n_ctx chunks at once (llama-perplexity's batching).
+PPL_CONTEXT = max(
+    config["measures"]["perplexity"]["n_batch"],
+    config["measures"]["perplexity"]["n_ctx"],
+)
 
 
 def enabled_measures():
@@ -207,18 +213,59 @@ def get_anchor_spec(wildcards):
     )[:16]
 
 
-def mem_mb_from_input(factor, overhead_mb=None):
-    """A memory request sized from the job's input files (model size x factor + headroom)."""
-
-    def _mem(wildcards, input):
-        extra = overhead_mb
-        if extra is None:
-            extra = config["resources"].get("mem_overhead_mb", 1024)
-        return int(input.size_mb * factor + extra)
-
-    _mem.__name__ = f"mem_mb_x{factor}"
-    return _mem
-
-
 def runtime_for(rule_name, default):
+    """Runtime (minutes) of a rule whose work does not scale with a model file; the config's
+    `resources.runtime_min.<rule>` overrides it. Model-sized rules use quantladder.resources.
+    """
     return config["resources"].get("runtime_min", {}).get(rule_name, default)
+
+
+# -- task benchmarks' input functions --------------------------------------------------------
+
+BFCL_DEFAULT_SOURCE = {"wheel": {"version": "2026.3.23"}}
+CODE_SUITES = ["humaneval", "bigcodebench_hard"]
+
+
+def bfcl_section():
+    return config["benchmarks"].get("bfcl", {})
+
+
+def get_bfcl_source(wildcards):
+    return json.dumps(bfcl_section().get("source", BFCL_DEFAULT_SOURCE), sort_keys=True)
+
+
+def get_bfcl_scorer_version(wildcards):
+    from quantladder.benchmarks.bfcl import SCORER_VERSION
+
+    return SCORER_VERSION
+
+
+def get_bfcl_reference_verdicts(wildcards):
+    """The reference point's verdicts (reference rung, f16 KV cache), for flips; none for the
+    reference point itself. As with KLD, a quantized KV cache's flips then include what it costs.
+    """
+    ref = qconfig.reference_rung(config, wildcards.family)
+    if wildcards.rung == ref and wildcards.kv == "f16":
+        return []
+    return f"results/{wildcards.card}/points/{wildcards.family}/{ref}/f16/bfcl/verdicts.jsonl"
+
+
+def get_code_scorer_version(wildcards):
+    from quantladder.benchmarks.code.score import SCORER_VERSION
+
+    return SCORER_VERSION
+
+
+def get_code_anchor(wildcards):
+    return f"results/{wildcards.card}/anchors/{wildcards.suite}.json"
+
+
+def get_code_spec(wildcards):
+    return spec_hash(wildcards.suite)(wildcards)
+
+
+def get_code_scoring_env(wildcards):
+    """The pinned scoring environment (its hash enters the manifest); HumanEval needs none."""
+    if wildcards.suite == "bigcodebench_hard":
+        return "envs/bigcodebench-eval.txt"
+    return []

@@ -16,8 +16,8 @@ rule reference_logits:
         "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
-        mem_mb=mem_mb_from_input(1.5),
-        runtime=runtime_for("reference_logits", 120),
+        mem_mb=qres.mem_mb("reference_logits", n_ctx=PPL_CONTEXT),
+        runtime=qres.runtime_min("reference_logits", config),
     params:
         spec=get_reference_logits_spec,
     script:
@@ -40,8 +40,8 @@ rule perplexity:
         "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
-        mem_mb=mem_mb_from_input(1.5),
-        runtime=runtime_for("perplexity", 120),
+        mem_mb=qres.mem_mb("inference", n_ctx=PPL_CONTEXT),
+        runtime=qres.runtime_min("perplexity", config),
     params:
         spec=spec_hash("perplexity"),
     script:
@@ -62,8 +62,12 @@ rule speed:
         "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
-        mem_mb=mem_mb_from_input(1.5),
-        runtime=runtime_for("speed", 60),
+        mem_mb=qres.mem_mb(
+            "inference",
+            n_ctx=config["measures"]["speed"]["n_prompt"]
+            + config["measures"]["speed"]["n_gen"],
+        ),
+        runtime=qres.runtime_min("speed", config),
     params:
         spec=spec_hash("speed"),
     script:
@@ -84,8 +88,8 @@ rule memory:
         "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
-        mem_mb=mem_mb_from_input(1.5),
-        runtime=runtime_for("memory", 30),
+        mem_mb=qres.mem_mb("inference", n_ctx=config["measures"]["memory"]["n_ctx"]),
+        runtime=qres.runtime_min("memory", config),
     params:
         spec=spec_hash("memory"),
     script:
@@ -106,8 +110,12 @@ rule energy:
         "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
-        mem_mb=mem_mb_from_input(1.5),
-        runtime=runtime_for("energy", 30),
+        mem_mb=qres.mem_mb(
+            "inference",
+            n_ctx=config["measures"]["energy"]["n_prompt"]
+            + config["measures"]["energy"]["n_gen"],
+        ),
+        runtime=qres.runtime_min("speed", config, rule="energy"),
     params:
         spec=spec_hash("energy"),
         idle_cache="results/{card}/idle_power.json",

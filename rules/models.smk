@@ -47,8 +47,8 @@ rule reference_rung:
     conda:
         "../envs/quantladder.yaml"
     resources:
-        mem_mb=mem_mb_from_input(6),
-        runtime=runtime_for("reference_rung", 60),
+        mem_mb=qres.mem_mb("dequantize"),
+        runtime=qres.runtime_min("dequantize", config, rule="reference_rung"),
     script:
         "../scripts/reference.py"
 
@@ -66,8 +66,8 @@ rule quantize:
         "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
-        mem_mb=mem_mb_from_input(2),
-        runtime=runtime_for("quantize", 60),
+        mem_mb=qres.mem_mb("quantize"),
+        runtime=qres.runtime_min("quantize", config),
     params:
         options=get_quantize_options,
         binary=config["quantize"].get("binary"),

@@ -21,6 +21,8 @@ rule recommend:
     wildcard_constraints:
         mem=r"[0-9]+(\.[0-9]+)?([KMGT]i?B?|[kmgt]i?b?)?",
         ctx=r"[0-9]+[kK]?",
+    conda:
+        "../envs/quantladder.yaml"
     resources:
         mem_mb=2048,
         runtime=runtime_for("recommend", 5),

@@ -24,9 +24,11 @@ rule ruler_items:
         meta=RULER_ITEMS_META,
     log:
         "logs/ruler_items/{family}.log",
+    conda:
+        "../envs/quantladder.yaml"
     threads: 1
     resources:
-        mem_mb=mem_mb_from_input(1.2),
+        mem_mb=qres.mem_mb("inference"),
         runtime=runtime_for("ruler_items", 60),
     params:
         spec=get_ruler_items_spec,
@@ -46,6 +48,8 @@ rule ruler_generate:
         done=RULER_DONE,
     log:
         "logs/ruler_generate/{card}/{family}/{rung}/{kv}.log",
+    conda:
+        "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
         mem_mb=ruler_mem_mb,
@@ -71,6 +75,8 @@ rule ruler_score:
         verdicts="results/{card}/points/{family}/{rung}/{kv}/ruler/verdicts.jsonl",
     log:
         "logs/ruler_score/{card}/{family}/{rung}/{kv}.log",
+    conda:
+        "../envs/quantladder.yaml"
     threads: 1
     resources:
         mem_mb=1024,

@@ -9,6 +9,7 @@ setting re-runs only that point's jobs; the full manifest adds what only the job
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import importlib.metadata
 from typing import Any
 
@@ -20,6 +21,7 @@ from .io import hash_obj
 GREEDY = {"temperature": 0.0, "top_k": 1, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0, "seed": 0}
 
 
+@functools.lru_cache(maxsize=None)  # asked once per job at DAG-build time: keep it cheap
 def _version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)

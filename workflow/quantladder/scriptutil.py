@@ -46,7 +46,7 @@ def main(fn, snakemake) -> None:
         msg = f"rule {snakemake.rule}: {e}"
         log.error(msg)
         console(msg)
-        sys.exit(1)
+        sys.exit(getattr(e, "exit_code", 1))  # a budget stop exits 75: "try again", resumable
     except Exception:
         log.error("rule %s failed:\n%s", snakemake.rule, traceback.format_exc())
         raise
