@@ -211,11 +211,14 @@ HOSTILE = {
     "dns_and_internet": ("import urllib.request\nurllib.request.urlopen('http://example.com', timeout=2)\n",
                          None),  # URLError wraps the refusal: any failure kind, but failed
     "write_outside_tmp": ("open('/etc/ql-pwned', 'w').write('x')\n", "violation"),
-    "write_into_project": ("open({repo_file!r}, 'w').write('x')\n", "violation"),
-    "read_project_secret": ("print(open({secret_repo!r}).read())\n", "violation"),
+    # Where the project lies under a path the sandbox replaces (a checkout under /tmp), the file is
+    # simply absent inside (FileNotFoundError, a runtime error); elsewhere it is read-only or hidden
+    # (a violation). Either way the item fails and nothing leaks: the assertions below check that.
+    "write_into_project": ("open({repo_file!r}, 'w').write('x')\n", ("violation", "runtime_error")),
+    "read_project_secret": ("print(open({secret_repo!r}).read())\n", ("violation", "runtime_error")),
     "read_home_secret": ("print(open({secret_home!r}).read())\n", "violation"),
     "read_hidden_answers": ("print(open({answers!r}).read())\nprint(open({humaneval!r}, 'rb').read()[:100])\n",
-                            "violation"),
+                            ("violation", "runtime_error")),
     "fork_bomb": ("import os\nwhile True:\n    os.fork()\n", "violation"),
     "memory_bomb": ("x = []\nwhile True:\n    x.append(bytearray(16 << 20))\n", "memory"),
     "memory_bomb_many_processes": ("import os\nfor i in range(6):\n    if os.fork() == 0:\n"
@@ -269,7 +272,7 @@ def test_hostile_program_is_contained(name, secrets_planted):
     elapsed = time.perf_counter() - t0
     assert not r["passed"], r
     if want:
-        assert r["error_type"] == want, r
+        assert r["error_type"] in (want if isinstance(want, tuple) else (want,)), r
     assert elapsed < 12  # bounded by the wall-clock limit, whatever the program does
     assert token not in r["detail"]
     assert hits == []  # the host listener never heard from the sandbox
