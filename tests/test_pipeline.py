@@ -127,3 +127,31 @@ def test_prebuilt_rung_is_fetched_not_made(run):
     assert ("acquire_prebuilt", {"family": FAMILY, "rung": "Q4_1-upstream"}) in jobs
     assert not any(rule == "quantize" for rule, _ in jobs)
     assert {wc.get("rung") for rule, wc in jobs if "rung" in wc} == {"Q4_1-upstream"}
+
+
+def test_report_of_the_real_run_opens_cleanly_in_chromium(run):
+    """The report built from the real embedded run (not a fixture) renders with no console errors."""
+    from browser import Browser
+
+    from quantladder import report
+
+    work, _, _, label, _ = run
+    out = report.build(work / f"results/{label}/points.parquet", work / "report.html", card=label)
+    with Browser() as b:
+        b.open(out)
+        log = b.console()
+        metrics = set(b.js("return [...document.querySelectorAll('figure[data-kind=curve]')].map(f => f.dataset.metric)"))
+    assert log == [], log
+    assert {"ppl", "kld_mean", "kld_p99_9", "same_top_token", "tg_tokens_per_s", "peak_rss_bytes"} <= metrics
+
+
+def test_adding_a_rung_reuses_the_stored_reference(run):
+    work, cfg, _, label, _ = run
+    changed = json.loads(json.dumps(cfg))
+    changed["families"][FAMILY]["rungs"] = list(changed["families"][FAMILY]["rungs"]) + ["Q5_K_M"]
+    p = work / "more.yaml"
+    p.write_text(yaml.safe_dump(changed))
+    r = snakemake(work, "-n", f"results/{label}/points.parquet", config=p)
+    jobs = planned_jobs(r.stdout)
+    assert not any(rule in ("reference_logits", "reference_rung") for rule, _ in jobs), jobs
+    assert {wc.get("rung") for rule, wc in jobs if "rung" in wc} == {"Q5_K_M"}
