@@ -79,7 +79,7 @@ def _get(input: Any, name: str):
     except AttributeError:
         try:
             return input[name]
-        except (KeyError, TypeError, IndexError):
+        except (KeyError, TypeError, IndexError, AttributeError):  # Snakemake's lists raise AttributeError
             return None
 
 
