@@ -243,7 +243,7 @@ def test_generation_and_scoring_rules_run(repo_root, tmp_path, bfcl_record, smol
     """The rule scripts themselves, through Snakemake, on a copy of the workflow with a tiny config:
     the Q8_0 point and, for its flips, the F16 reference point."""
     work = tmp_path / "wf"
-    for d in ("rules", "scripts", "config", "workflow"):
+    for d in ("rules", "scripts", "config", "workflow", "envs"):
         shutil.copytree(repo_root / d, work / d, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     smk = work / "Snakefile"
     smk.write_text('configfile: "config/config.yaml"\n'
