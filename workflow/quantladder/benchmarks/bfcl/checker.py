@@ -68,6 +68,16 @@ _JS_FLOAT = re.compile(r"^-?\d+(\.\d+)?$")
 _JS_BIGINT = re.compile(r"^-?\d+n$")
 
 
+def _number_or_text(text: str):
+    """An int, else a float, else the text unchanged (Java and JavaScript literals alike)."""
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
 def _java_scalar(text: str):
     """An untyped Java literal: true/false, "string", 12L, 1.5f, numbers, else the text itself."""
     if text in ("true", "false"):
@@ -78,12 +88,7 @@ def _java_scalar(text: str):
         return int(text[:-1])
     if _JAVA_FLOAT.match(text):
         return float(text[:-1])
-    for conv in (int, float):
-        try:
-            return conv(text)
-        except ValueError:
-            pass
-    return text
+    return _number_or_text(text)
 
 
 def java_value(text: str, jtype: str, item_type: str | None = None):
@@ -163,12 +168,7 @@ def _js_scalar(text: str):
         return text == "true"
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
         return text[1:-1]
-    for conv in (int, float):
-        try:
-            return conv(text)
-        except ValueError:
-            pass
-    return text
+    return _number_or_text(text)
 
 
 def js_value(text: str, jstype: str, item_type: str | None = None):
