@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 from _common import REPO, embedded_ladder, fmt_table, tool
 
 from quantladder.corpora import pydoc_topics_text
@@ -72,6 +74,10 @@ def ours(model, text, proto, threads, fa, write_reference=None, reference=None):
     return s
 
 
+def _mean_sd(xs) -> str:
+    return f"{np.mean(xs):.1f} ± {np.std(xs, ddof=1):.1f}" if len(xs) > 1 else f"{xs[0]:.1f}"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rungs", nargs="+", default=["Q8_0", "Q4_K_M", "Q2_K"])
@@ -83,6 +89,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--flash-attn", choices=["on", "off"], default="off",
                     help="both sides alike: flash attention alone moves PPL by ~0.4%% on Q4_K_M here")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="run both sides this many times, interleaved; times are reported as mean ± sd")
     ap.add_argument("--tools-dir")
     ap.add_argument("--workdir", default=str(REPO / "build" / "parity"))
     a = ap.parse_args()
@@ -102,12 +110,22 @@ def main():
         kl_base = Path(tmp) / "base.kld"
         our_ref = Path(tmp) / "base.qlogits"
         ref = names[0]
-        lc = {ref: llama_perplexity(exe, files[ref], corpus, a.n_ctx, a.batch, a.chunks, a.threads, a.flash_attn, kl_base=kl_base)}
-        ql = {ref: ours(files[ref], text, proto, a.threads, a.flash_attn, write_reference=our_ref)}
+        lc, ql, base_lc, base_ql = {}, {}, {}, {}
+
+        def timed(store, name, res):
+            # the figures of every repeat are the same; keep the first, collect the times
+            store.setdefault(name, {**res, "times": []})["times"].append(res["seconds"])
+
+        for _ in range(a.repeats):
+            timed(base_lc, ref, llama_perplexity(exe, files[ref], corpus, a.n_ctx, a.batch, a.chunks, a.threads,
+                                                 a.flash_attn, kl_base=kl_base))
+            timed(base_ql, ref, ours(files[ref], text, proto, a.threads, a.flash_attn, write_reference=our_ref))
         base_sizes = (kl_base.stat().st_size, our_ref.stat().st_size)
         for n in names:
-            lc[n] = llama_perplexity(exe, files[n], corpus, a.n_ctx, a.batch, a.chunks, a.threads, a.flash_attn, kl_base=kl_base, kl=True)
-            ql[n] = ours(files[n], text, proto, a.threads, a.flash_attn, reference=our_ref)
+            for _ in range(a.repeats):
+                timed(lc, n, llama_perplexity(exe, files[n], corpus, a.n_ctx, a.batch, a.chunks, a.threads,
+                                              a.flash_attn, kl_base=kl_base, kl=True))
+                timed(ql, n, ours(files[n], text, proto, a.threads, a.flash_attn, reference=our_ref))
     rows = []
     for n in names:
         q, l = ql[n], lc[n]
@@ -118,14 +136,15 @@ def main():
             f"{100 * (q['kld_mean'] / l['kld'] - 1):+.2f}%" if l.get("kld") else "n/a",
             f"{100 * q['same_top']:.3f}%", f"{l.get('same_top', float('nan')):.3f}%",
             f"{100 * q['same_top'] - l.get('same_top', float('nan')):+.3f}",
-            f"{q['seconds']:.1f}", f"{l['seconds']:.1f}", f"{q['seconds'] / l['seconds']:.2f}x",
+            _mean_sd(q["times"]), _mean_sd(l["times"]), f"{np.mean(q['times']) / np.mean(l['times']):.2f}x",
         ])
     print(f"corpus {corpus} ({len(text)} chars), n_ctx {a.n_ctx}, batch {a.batch}, chunks {a.chunks}, "
           f"threads {a.threads}, flash attention {a.flash_attn}")
     print(f"KL base files: llama.cpp {base_sizes[0] / 2**20:.1f} MiB, quantladder {base_sizes[1] / 2**20:.1f} MiB")
-    print(f"reference pass (write base): quantladder {ql[names[0]]['seconds']:.1f} s, llama-perplexity {lc[names[0]]['seconds']:.1f} s")
+    print(f"reference pass (write base): quantladder {_mean_sd(base_ql[ref]['times'])} s, "
+          f"llama-perplexity {_mean_sd(base_lc[ref]['times'])} s ({a.repeats} run(s) each, interleaved)")
     print(fmt_table(["rung", "PPL ours", "PPL llama.cpp", "ΔPPL", "KLD ours (nats)", "KLD llama.cpp",
-                     "ΔKLD", "same-top ours", "same-top llama.cpp", "Δ (pts)", "ours s", "llama.cpp s", "time ratio"], rows))
+                     "ΔKLD", "same-top ours", "same-top llama.cpp", "Δ (pts)", "ours s", "llama.cpp s", "time ratio (means)"], rows))
 
 
 if __name__ == "__main__":

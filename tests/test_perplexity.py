@@ -111,3 +111,73 @@ def test_a_pass_past_its_deadline_stops_and_leaves_no_reference(smollm_q8, tmp_p
         with pytest.raises(BudgetReached, match="budget reached"):
             P.run(ctx, TEXT, PROTO, write_reference=out, deadline=time.time() - 1)
     assert not out.exists() and not list(tmp_path.glob("*.partial"))
+
+
+class _KeepChunks:
+    """A stand-in for ReferenceWriter/ReferenceReader holding chunks in memory (the file format is
+    tested above with the real model; this checks the blocked arithmetic)."""
+
+    def __init__(self):
+        self.chunks = []
+
+    def add_quantized(self, meta, q):
+        self.chunks.append((meta.copy(), q.copy()))
+
+    def chunk(self, c):
+        return self.chunks[c]
+
+
+def _score(logits, tokens, proto, *, reference=None, writer=None, n_threads, block_bytes):
+    n = 2 * proto.rows_per_chunk
+    out = {k: np.zeros(n) for k in ("nll", "nll_base", "kld", "dp")}
+    out["same_top"] = np.zeros(n, dtype=bool)
+    sc = P._Scorer(tokens, proto, out, reference, writer, n_threads=n_threads, block_bytes=block_bytes)
+    sc.score_group(logits, 0, 2, proto.n_ctx - proto.first)
+    sc.close()
+    return out
+
+
+def test_blocked_threaded_scoring_is_bit_identical_and_matches_the_direct_formulas():
+    proto = P.Protocol(n_ctx=64, n_batch=128)
+    rng = np.random.default_rng(1)
+    n_vocab = 3000
+    per_seq = proto.n_ctx - proto.first
+    base_logits = (rng.standard_normal((2 * per_seq, n_vocab)) * 4).astype(np.float32)
+    rung_logits = base_logits + (rng.standard_normal(base_logits.shape) * 0.3).astype(np.float32)
+    tokens = rng.integers(0, n_vocab, 2 * proto.n_ctx).astype(np.int32)
+
+    stores = []
+    for threads, block in ((1, 1 << 30), (2, 4 * n_vocab * 3), (3, 4 * n_vocab)):
+        w = _KeepChunks()
+        _score(base_logits, tokens, proto, writer=w, n_threads=threads, block_bytes=block)
+        stores.append(w)
+    for w in stores[1:]:  # the stored reference does not depend on blocks or threads
+        for (m0, q0), (m1, q1) in zip(stores[0].chunks, w.chunks):
+            assert np.array_equal(m0, m1) and np.array_equal(q0, q1)
+
+    outs = [_score(rung_logits, tokens, proto, reference=stores[0], n_threads=t, block_bytes=b)
+            for t, b in ((1, 1 << 30), (2, 4 * n_vocab * 5), (4, 4 * n_vocab))]
+    for o in outs[1:]:
+        for k in ("nll", "nll_base", "kld", "dp", "same_top"):
+            assert np.array_equal(outs[0][k], o[k]), k
+
+    # against float64 formulas on the unquantized logits
+    rows = proto.rows_per_chunk
+    o = outs[0]
+    for s in range(2):
+        lb = base_logits[s * per_seq: s * per_seq + rows].astype(np.float64)
+        lr = rung_logits[s * per_seq: s * per_seq + rows].astype(np.float64)
+        lpb = lb - np.log(np.exp(lb).sum(1, keepdims=True))
+        lpr = lr - np.log(np.exp(lr).sum(1, keepdims=True))
+        tgt = tokens[s * proto.n_ctx + proto.first + 1: (s + 1) * proto.n_ctx]
+        idx = np.arange(rows)
+        sl = slice(s * rows, (s + 1) * rows)
+        assert np.allclose(o["nll"][sl], -lpr[idx, tgt], atol=1e-4)
+        kept = lpb[idx, tgt] > lpb.max(1) - P.LOG_PROB_FLOOR  # the store keeps the top 16 nats only
+        assert kept.sum() > rows // 2
+        assert np.allclose(o["nll_base"][sl][kept], -lpb[idx, tgt][kept], atol=1e-3)  # step 16/65535 nats
+        assert np.all(o["nll_base"][sl][~kept] >= -lpb.max(1)[~kept] + P.LOG_PROB_FLOOR - 1e-3)
+        kld = (np.exp(lpb) * (lpb - lpr)).sum(1)
+        assert np.allclose(o["kld"][sl], kld, rtol=0.02, atol=1e-4)
+        assert np.array_equal(o["same_top"][sl], lb.argmax(1) == lr.argmax(1))
+    assert o["kld"].mean() > 0.01

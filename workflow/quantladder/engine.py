@@ -250,6 +250,7 @@ class RawContext:
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self.n_batch = n_batch
+        self.n_threads = r["n_threads"]
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
         import numpy as np
 

@@ -78,17 +78,10 @@ class ReferenceWriter:
         self.f.write(MAGIC + struct.pack("<Q", len(h)) + h)
         self.f.write(tokens.astype("<i4").tobytes())
 
-    def add(self, logits: np.ndarray, m: np.ndarray, lse: np.ndarray) -> None:
-        lp_max = (m - lse).astype(np.float32)
-        lp_min = (logits.min(axis=1) - lse).astype(np.float32)
-        lo = np.maximum(lp_min, lp_max - LOG_PROB_FLOOR)
-        scale = np.maximum((lp_max - lo) / 65535.0, np.float32(1e-30)).astype(np.float32)
-        lp = logits - lse.astype(np.float32)[:, None]
-        q = np.rint((lp - lo[:, None]) / scale[:, None])
-        np.clip(q, 0, 65535, out=q)
-        meta = np.stack([scale, lo], axis=1).astype("<f4")
-        self.f.write(meta.tobytes())
-        self.f.write(q.astype("<u2").tobytes())
+    def add_quantized(self, meta: np.ndarray, q: np.ndarray) -> None:
+        """One chunk's rows: (rows, 2) float32 [scale, lo] and (rows, n_vocab) uint16 (`_quantize_rows`)."""
+        self.f.write(np.ascontiguousarray(meta, dtype="<f4").data)  # buffers, not copies
+        self.f.write(np.ascontiguousarray(q, dtype="<u2").data)
 
     def close(self, ok: bool = True) -> None:
         self.f.close()
@@ -182,6 +175,7 @@ def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = 
     done = 0
     chunk_s = 0.0  # the slowest chunk group so far: the next must fit before the deadline
     ok = False
+    scorer = _Scorer(used, proto, out, reference, writer, n_threads=getattr(ctx, "n_threads", 0))
     try:
         for c0 in range(0, n_chunk, n_seq):
             if deadline is not None and time.time() + chunk_s > deadline:
@@ -214,18 +208,7 @@ def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = 
                 per_seq = n_ctx - first  # output rows per sequence (pieces before `first` emit none)
                 if piece < n_ctx:
                     raise NotImplementedError("n_batch < n_ctx: give n_batch >= n_ctx")
-                for s in range(ns):
-                    c = c0 + s
-                    lg = all_logits[s * per_seq: s * per_seq + rows]
-                    target = used[c * n_ctx + first + 1: (c + 1) * n_ctx]
-                    m, lse = log_softmax_rows(lg)
-                    sl = slice(c * rows, (c + 1) * rows)
-                    idx = np.arange(rows)
-                    nll[sl] = lse - lg[idx, target]
-                    if writer is not None:
-                        writer.add(lg, m, lse)
-                    if reference is not None:
-                        _kld_rows(lg, lse, target, *reference.chunk(c), out, sl)
+                scorer.score_group(all_logits, c0, ns, per_seq)
             done = c0 + ns
             chunk_s = max(chunk_s, time.perf_counter() - t_chunk)
             if progress_every and (done // n_seq) % max(1, progress_every // n_seq) == 0:
@@ -234,6 +217,7 @@ def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = 
                          math.exp(so_far.mean()), time.perf_counter() - t_start)
         ok = True
     finally:
+        scorer.close()
         if writer is not None:
             writer.close(ok=ok)
     out["n_chunks"] = n_chunk
@@ -243,19 +227,104 @@ def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = 
     return out
 
 
+class _Scorer:
+    """Turns each decoded chunk group's logits into per-token NLL (and KLD against the reference,
+    or the quantized rows of a new reference) in blocks of a few rows spread over n_threads.
+
+    Why blocks: a chunk's scored logits are (n_ctx/2 x n_vocab) float32, 50 MB for a 49k vocab;
+    the dozen elementwise passes below over arrays that size run from RAM, while over a few rows
+    (a few MB) they stay in cache. numpy releases the GIL in these loops, so the blocks also run
+    in parallel while llama_decode is idle, as llama-perplexity's worker threads do. The figures are
+    bit-identical to a whole-chunk computation: every row is computed by the same operations.
+    """
+
+    def __init__(self, tokens, proto: Protocol, out: dict, reference, writer, *, n_threads: int = 0,
+                 block_bytes: int = 2 << 20):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.tokens, self.proto, self.out = tokens, proto, out
+        self.reference, self.writer = reference, writer
+        self.n_threads = max(1, n_threads or len(os.sched_getaffinity(0)))
+        self.block_bytes = block_bytes
+        self.pool = ThreadPoolExecutor(self.n_threads) if self.n_threads > 1 else None
+        self._q = self._meta = None
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+            self.pool = None
+
+    def score_group(self, all_logits: np.ndarray, c0: int, ns: int, per_seq: int) -> None:
+        rows, n_ctx, first = self.proto.rows_per_chunk, self.proto.n_ctx, self.proto.first
+        n_vocab = all_logits.shape[1]
+        block = max(1, min(rows, self.block_bytes // (4 * n_vocab)))
+        if self.writer is not None and (self._q is None or self._q.shape != (ns, rows, n_vocab)):
+            self._q = np.empty((ns, rows, n_vocab), dtype="<u2")
+            self._meta = np.empty((ns, rows, 2), dtype="<f4")
+        jobs = []
+        for s in range(ns):
+            c = c0 + s
+            lg = all_logits[s * per_seq: s * per_seq + rows]
+            target = self.tokens[c * n_ctx + first + 1: (c + 1) * n_ctx]
+            ref = self.reference.chunk(c) if self.reference is not None else None
+            for r0 in range(0, rows, block):
+                r1 = min(rows, r0 + block)
+                jobs.append((s, c, lg, target, ref, r0, r1))
+        if self.pool is None:
+            for j in jobs:
+                self._block(*j)
+        else:
+            for f in [self.pool.submit(self._block, *j) for j in jobs]:
+                f.result()
+        if self.writer is not None:
+            for s in range(ns):
+                self.writer.add_quantized(self._meta[s], self._q[s])
+
+    def _block(self, s, c, lg, target, ref, r0, r1) -> None:
+        x = lg[r0:r1]
+        t = target[r0:r1]
+        idx = np.arange(r1 - r0)
+        sl = slice(c * self.proto.rows_per_chunk + r0, c * self.proto.rows_per_chunk + r1)
+        m, lse = log_softmax_rows(x)
+        self.out["nll"][sl] = lse - x[idx, t]
+        if self.writer is not None:
+            self._meta[s, r0:r1], self._q[s, r0:r1] = _quantize_rows(x, m, lse)
+        if ref is not None:
+            meta, q = ref
+            _kld_rows(x, lse, t, meta[r0:r1], q[r0:r1], self.out, sl)
+
+
+def _quantize_rows(logits: np.ndarray, m: np.ndarray, lse: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Log-probs as uint16 over [max(min, max - 16), max] with a per-row scale (llama.cpp's scheme)."""
+    lp_max = (m - lse).astype(np.float32)
+    lp_min = (logits.min(axis=1) - lse).astype(np.float32)
+    lo = np.maximum(lp_min, lp_max - LOG_PROB_FLOOR)
+    scale = np.maximum((lp_max - lo) / 65535.0, np.float32(1e-30)).astype(np.float32)
+    buf = np.subtract(logits, lse.astype(np.float32)[:, None])
+    buf -= lo[:, None]
+    buf /= scale[:, None]
+    np.rint(buf, out=buf)
+    np.clip(buf, 0, 65535, out=buf)
+    return np.stack([scale, lo], axis=1), buf.astype("<u2")
+
+
 def _kld_rows(lg, lse, target, meta, q, out, sl) -> None:
     scale, lo = meta[:, 0].astype(np.float32), meta[:, 1].astype(np.float32)
-    lp_base = q.astype(np.float32) * scale[:, None] + lo[:, None]
-    lp = lg - lse.astype(np.float32)[:, None]
-    keep = lp_base > -LOG_PROB_FLOOR
-    p_base = np.where(keep, np.exp(lp_base), 0.0)
-    kld = (p_base * (lp_base - lp)).sum(axis=1, dtype=np.float64)
+    lp_base = q.astype(np.float32)
+    lp_base *= scale[:, None]
+    lp_base += lo[:, None]
+    lp = np.subtract(lg, lse.astype(np.float32)[:, None])
     idx = np.arange(len(target))
     lpb_t = lp_base[idx, target].astype(np.float64)
     out["nll_base"][sl] = -lpb_t
-    out["kld"][sl] = kld
     out["dp"][sl] = np.exp(lp[idx, target].astype(np.float64)) - np.exp(lpb_t)
     out["same_top"][sl] = lp_base.argmax(axis=1) == lg.argmax(axis=1)
+    # KL(base || rung) over the base's entries above the floor: sum p_base * (lp_base - lp)
+    p_base = np.exp(lp_base)
+    p_base[lp_base <= -LOG_PROB_FLOOR] = 0.0
+    np.subtract(lp_base, lp, out=lp)
+    lp *= p_base
+    out["kld"][sl] = lp.sum(axis=1, dtype=np.float64)
 
 
 # -- statistics --------------------------------------------------------------------------------
