@@ -1,7 +1,13 @@
 #!/usr/bin/env python3
-"""Speed: quantladder's pp/tg tokens/s beside llama-bench's on the same files and threads.
+"""Speed: quantladder's pp/tg tokens/s beside llama-bench's on the same files, threads, batch and
+flash-attention setting (llama-bench's default `-fa auto` turns it on for a CPU; quantladder's
+default is off, and on this CPU it alone moves F16 pp512 by ~20 %, so both sides get `--flash-attn`).
 
-    .venv/bin/python benchmarks/speed_parity.py --rungs Q8_0 Q4_K_M --reps 5
+The two sides run in interleaved rounds (llama-bench, then quantladder, `--rounds` times) and every
+repetition of every round is pooled: on a shared vCPU the run-to-run drift is as large as the
+differences being measured, so one back-to-back pair says little.
+
+    .venv/bin/python benchmarks/speed_parity.py --rungs Q8_0 Q4_K_M --reps 5 --rounds 3
 """
 
 from __future__ import annotations
@@ -11,22 +17,29 @@ import json
 import subprocess
 from pathlib import Path
 
+import numpy as np
+
 from _common import REPO, embedded_ladder, fmt_table, tool
 
 from quantladder.measures import speed
 
 
-def llama_bench(exe, model, n_prompt, n_gen, reps, threads):
+def llama_bench(exe, model, n_prompt, n_gen, reps, threads, fa):
     cmd = [exe, "-m", str(model), "-p", str(n_prompt), "-n", str(n_gen), "-r", str(reps), "-t", str(threads),
-           "-o", "json"]
+           "-fa", "1" if fa == "on" else "0", "-o", "json"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"llama-bench failed:\n{r.stderr[-3000:]}")
     out = {}
     for t in json.loads(r.stdout):
         key = "pp" if t["n_prompt"] and not t["n_gen"] else "tg"
-        out[key] = (t["avg_ts"], t["stddev_ts"])
+        out[key] = list(t["samples_ts"])
     return out
+
+
+def _stats(xs):
+    xs = np.asarray(xs, dtype=float)
+    return xs.mean(), xs.std(ddof=1) if len(xs) > 1 else float("nan"), len(xs)
 
 
 def main():
@@ -38,6 +51,8 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--gpu-layers", type=int, default=0)
+    ap.add_argument("--flash-attn", choices=["on", "off"], default="off")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of both sides (samples pooled)")
     ap.add_argument("--tools-dir")
     ap.add_argument("--workdir", default=str(REPO / "build" / "parity"))
     a = ap.parse_args()
@@ -45,15 +60,29 @@ def main():
     files = {Path(m).stem: Path(m) for m in a.models} if a.models else embedded_ladder(a.rungs, Path(a.workdir) / "models")
     rows = []
     for name, path in files.items():
-        lb = llama_bench(exe, path, a.n_prompt, a.n_gen, a.reps, a.threads)
-        ql = speed.measure(str(path), n_prompt=a.n_prompt, n_gen=a.n_gen, repetitions=a.reps, n_threads=a.threads,
-                           n_gpu_layers=a.gpu_layers)
+        lb = {"pp": [], "tg": []}
+        ql = {"pp": [], "tg": []}
+        for _ in range(a.rounds):
+            for k, v in llama_bench(exe, path, a.n_prompt, a.n_gen, a.reps, a.threads, a.flash_attn).items():
+                lb[k] += v
+            r = speed.measure(str(path), n_prompt=a.n_prompt, n_gen=a.n_gen, repetitions=a.reps, n_threads=a.threads,
+                              n_gpu_layers=a.gpu_layers, flash_attn=a.flash_attn == "on")
+            for k in r:
+                ql[k] += r[k]["tokens_per_s"]
         for key, label in (("pp", f"pp{a.n_prompt}"), ("tg", f"tg{a.n_gen}")):
-            q = (ql[key]["mean_tokens_per_s"], ql[key]["sd_tokens_per_s"])
-            l = lb[key]
-            rows.append([name, label, f"{q[0]:.1f} ± {q[1]:.1f}", f"{l[0]:.1f} ± {l[1]:.1f}", f"{100 * (q[0] / l[0] - 1):+.1f}%"])
-    print(f"threads {a.threads}, repetitions {a.reps} (tokens/s, mean ± sd over repetitions)")
-    print(fmt_table(["model", "test", "quantladder tokens/s", "llama-bench tokens/s", "Δ"], rows))
+            if not ql[key]:
+                continue
+            qm, qs, qn = _stats(ql[key])
+            lm, ls, ln = _stats(lb[key])
+            # Δ of the means, ± from the two standard errors (first-order propagation)
+            d = qm / lm - 1
+            de = (qm / lm) * np.sqrt((qs / qm) ** 2 / qn + (ls / lm) ** 2 / ln)
+            rows.append([name, label, f"{qm:.1f} ± {qs:.1f}", f"{lm:.1f} ± {ls:.1f}",
+                         f"{100 * d:+.1f} ± {100 * de:.1f} %"])
+    print(f"threads {a.threads}, flash attention {a.flash_attn}, {a.rounds} interleaved rounds x {a.reps} "
+          "repetitions per side (tokens/s: mean ± sd over all repetitions; Δ: difference of the means ± its "
+          "standard error)")
+    print(fmt_table(["model", "test", "quantladder tokens/s", "llama-bench tokens/s", "Δ of means"], rows))
 
 
 if __name__ == "__main__":
