@@ -79,6 +79,19 @@ def test_kld_grows_down_the_ladder(reference, smollm_q8, smollm_q2k):
     assert all(r["unit"] for r in rows)
 
 
+def test_store_size_is_predicted_exactly_and_checked_against_free_space(reference, tmp_path):
+    path, _ = reference
+    r = P.ReferenceReader(path)
+    hlen = r.tok_off - 16
+    assert P.store_bytes(r.n_chunks, r.n_vocab, PROTO, hlen) == path.stat().st_size
+    import shutil
+
+    free = shutil.disk_usage(tmp_path).free
+    P.check_room(tmp_path / "x.qlogits", free // 2)
+    with pytest.raises(DataError, match=r"x\.qlogits: the reference-logit store needs .* GiB free"):
+        P.check_room(tmp_path / "x.qlogits", free + 2**40)
+
+
 def test_corrupt_reference_is_refused(reference, tmp_path):
     path, _ = reference
     cut = tmp_path / "cut.qlogits"

@@ -69,12 +69,39 @@ def log_softmax_rows(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 # -- reference log-prob store ------------------------------------------------------------------
+def store_bytes(n_chunks: int, n_vocab: int, proto: Protocol, header_bytes: int = 0) -> int:
+    """Exact size of a reference-logit file: magic + header + tokens + per row (scale, lo, n_vocab uint16).
+
+    Grows with the corpus and the vocab like llama.cpp's base file (the same bytes per row): a
+    wikitext-2 pass at n_ctx 512 of a 150k-vocab model (~580 chunks) is ~42 GiB; RAM stays at one
+    chunk group whatever the size.
+    """
+    rows = proto.rows_per_chunk
+    return 16 + header_bytes + 4 * n_chunks * proto.n_ctx + n_chunks * (rows * 8 + rows * n_vocab * 2)
+
+
+def check_room(path: str | os.PathLike, need: int) -> None:
+    """Refuse before the pass, not hours into it, when the file cannot fit where it is written."""
+    import shutil
+
+    parent = Path(path).parent
+    parent.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(parent).free
+    if need > free:
+        raise DataError(f"{path}: the reference-logit store needs {need / 2**30:.2f} GiB and {parent} has "
+                        f"{free / 2**30:.2f} GiB free; free space, write results/ elsewhere, or lower "
+                        "measures.perplexity.max_chunks")
+
+
 class ReferenceWriter:
     def __init__(self, path: str | os.PathLike, header: dict, tokens: np.ndarray):
+        h = json.dumps(header, sort_keys=True).encode()
+        self.predicted_bytes = store_bytes(int(header["n_chunks"]), int(header["n_vocab"]),
+                                           Protocol(n_ctx=int(header["n_ctx"])), len(h))
+        check_room(path, self.predicted_bytes)
         self._ctx = atomic_path(path)
         self.tmp = self._ctx.__enter__()
         self.f = open(self.tmp, "wb")
-        h = json.dumps(header, sort_keys=True).encode()
         self.f.write(MAGIC + struct.pack("<Q", len(h)) + h)
         self.f.write(tokens.astype("<i4").tobytes())
 
@@ -163,6 +190,8 @@ def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = 
                   "n_chunks": n_chunk, "tokens_sha256": sha256_bytes(used.astype("<i4").tobytes()),
                   "log_prob_floor": LOG_PROB_FLOOR, **(ref_header or {})}
         writer = ReferenceWriter(write_reference, header, used)
+        log.info("reference-logit store %s: %.1f MiB (%d chunks x %d rows x %d vocab, uint16)", write_reference,
+                 writer.predicted_bytes / 2**20, n_chunk, rows, ctx.n_vocab)
     nll = np.empty(n_chunk * rows, dtype=np.float64)
     out = {"nll": nll}
     if reference is not None:
