@@ -23,7 +23,8 @@ def run(smk):
     n = proto.n_seq * proto.n_ctx
     with RawContext(pt.model_path, n_ctx=n, n_batch=n, n_seq_max=proto.n_seq, kv=pt.kv, n_threads=pt.threads,
                     n_gpu_layers=pt.config.get("gpu_layers", 0), flash_attn=pt.config.get("flash_attn")) as ctx:
-        res = ppl.run(ctx, text, proto, reference=reference, deadline=budget.from_snakemake(smk).deadline)
+        res = ppl.run(ctx, text, proto, reference=reference, deadline=budget.from_snakemake(smk).deadline,
+                      checkpoint=ppl.checkpoint_path(smk.output.metrics), resume_key=smk.params.spec)
         engine = ctx.resolved
     s = ppl.summarize(res)
     data = {"name": settings["corpus"], "sha256": sha256_file(smk.input.corpus),

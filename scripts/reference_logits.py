@@ -27,7 +27,8 @@ def run(smk):
                     n_seq_max=proto.n_seq, kv="f16", n_threads=threads,
                     n_gpu_layers=cfg.get("gpu_layers", 0), flash_attn=cfg.get("flash_attn")) as ctx:
         res = ppl.run(ctx, text, proto, write_reference=smk.output.logits, ref_header=header,
-                      deadline=budget.from_snakemake(smk).deadline)
+                      deadline=budget.from_snakemake(smk).deadline,
+                      checkpoint=ppl.checkpoint_path(smk.output.logits), resume_key=smk.params.spec)
     s = ppl.summarize(res)
     write_json(smk.output.info, {**header, "ppl": s["ppl"], "ppl_err": s["ppl_err"], "n_tokens": s["n_tokens"],
                                  "n_chunks": s["n_chunks"], "seconds": res["seconds"],

@@ -194,3 +194,132 @@ def test_blocked_threaded_scoring_is_bit_identical_and_matches_the_direct_formul
         assert np.allclose(o["kld"][sl], kld, rtol=0.02, atol=1e-4)
         assert np.array_equal(o["same_top"][sl], lb.argmax(1) == lr.argmax(1))
     assert o["kld"].mean() > 0.01
+
+
+RESUME_PROTO = P.Protocol(n_ctx=256, n_batch=512, max_chunks=8)  # 4 groups of 2 chunks
+
+_KILLED_PASS = """
+import sys, time
+sys.path.insert(0, {workflow!r})
+from quantladder.engine import RawContext
+from quantladder.measures import perplexity as P
+from quantladder.corpora import pydoc_topics_text
+proto = P.Protocol(n_ctx=256, n_batch=512, max_chunks=8)
+with RawContext({model!r}, n_ctx=512, n_batch=512, n_seq_max=2, n_threads=2) as ctx:
+    decode = ctx.decode
+    def slow(*a):  # a group every ~second, so the test can kill the process between two
+        r = decode(*a)
+        time.sleep(1.0)
+        return r
+    ctx.decode = slow
+    P.run(ctx, pydoc_topics_text()[:60000], proto, write_reference={out!r}, checkpoint={ckpt!r}, resume_key="k")
+"""
+
+
+def _resume_ctx(path):
+    return RawContext(str(path), n_ctx=512, n_batch=512, n_seq_max=2, n_threads=2)
+
+
+def _count_decodes(ctx):
+    calls = []
+    decode = ctx.decode
+
+    def counted(*a):
+        calls.append(1)
+        return decode(*a)
+
+    ctx.decode = counted
+    return calls
+
+
+def test_a_killed_reference_pass_resumes_to_the_same_bytes(smollm_f16, tmp_path):
+    """SIGKILL in the middle of the reference pass (the real process, no cleanup runs), then a rerun:
+    it decodes only the missing groups and the store is byte-identical to an uninterrupted one."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import quantladder
+
+    full = tmp_path / "full.qlogits"
+    with _resume_ctx(smollm_f16) as ctx:
+        res_full = P.run(ctx, TEXT, RESUME_PROTO, write_reference=full)
+
+    out, ckpt = tmp_path / "ref.qlogits", tmp_path / ".ref.qlogits.ckpt"
+    code = _KILLED_PASS.format(workflow=str(Path(quantladder.__file__).parents[1]), model=str(smollm_f16),
+                               out=str(out), ckpt=str(ckpt))
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.DEVNULL)
+    head = None
+    t_end = time.time() + 120
+    while time.time() < t_end and proc.poll() is None:
+        if ckpt.exists() and head is None:
+            head = ckpt.stat().st_size  # the header alone, written at the start
+        if head is not None and ckpt.stat().st_size > head:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the pass ended before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not out.exists()  # nothing half-written under the output's name
+    assert (tmp_path / ".ref.qlogits.partial").exists()
+
+    with _resume_ctx(smollm_f16) as ctx:
+        calls = _count_decodes(ctx)
+        res = P.run(ctx, TEXT, RESUME_PROTO, write_reference=out, checkpoint=ckpt, resume_key="k")
+    assert 1 <= len(calls) <= 3  # 4 groups in all, at least one kept from the killed run
+    assert out.read_bytes() == full.read_bytes()
+    assert np.array_equal(res["nll"], res_full["nll"])
+    assert not ckpt.exists() and not (tmp_path / ".ref.qlogits.partial").exists()
+
+
+def test_an_interrupted_kld_pass_resumes_and_a_changed_key_starts_over(smollm_q8, tmp_path):
+    proto = RESUME_PROTO
+    ref = tmp_path / "ref.qlogits"
+    # a reference store for RESUME_PROTO from the q8 rung itself is enough to compare passes
+    with _resume_ctx(smollm_q8) as ctx:
+        P.run(ctx, TEXT, proto, write_reference=ref)
+    with _resume_ctx(smollm_q8) as ctx:
+        full = P.run(ctx, TEXT, proto, reference=P.ReferenceReader(ref))
+
+    ckpt = tmp_path / ".kld.ckpt"
+    with _resume_ctx(smollm_q8) as ctx:
+        _interrupt_at(ctx, 3)  # stopped during the third group
+        with pytest.raises(KeyboardInterrupt):
+            P.run(ctx, TEXT, proto, reference=P.ReferenceReader(ref), checkpoint=ckpt, resume_key="spec-1")
+    assert ckpt.exists()
+
+    with _resume_ctx(smollm_q8) as ctx:
+        calls = _count_decodes(ctx)
+        res = P.run(ctx, TEXT, proto, reference=P.ReferenceReader(ref), checkpoint=ckpt, resume_key="spec-1")
+    assert len(calls) == 2  # groups 3 and 4 only
+    for k in ("nll", "nll_base", "kld", "dp", "same_top"):
+        assert np.array_equal(res[k], full[k]), k
+    assert not ckpt.exists()
+
+    # a checkpoint from another spec (say the rung was re-quantized) is not resumed from
+    with _resume_ctx(smollm_q8) as ctx:
+        _interrupt_at(ctx, 3)
+        with pytest.raises(KeyboardInterrupt):
+            P.run(ctx, TEXT, proto, reference=P.ReferenceReader(ref), checkpoint=ckpt, resume_key="spec-1")
+    with _resume_ctx(smollm_q8) as ctx:
+        calls = _count_decodes(ctx)
+        again = P.run(ctx, TEXT, proto, reference=P.ReferenceReader(ref), checkpoint=ckpt, resume_key="spec-2")
+    assert len(calls) == 4
+    assert np.array_equal(again["kld"], full["kld"])
+
+
+def _interrupt_at(ctx, n):
+    """Raise KeyboardInterrupt (Ctrl-C, or Snakemake stopping the job) at the n-th decode call."""
+    calls = []
+    decode = ctx.decode
+
+    def interrupted(*a):
+        calls.append(1)
+        if len(calls) == n:
+            raise KeyboardInterrupt
+        return decode(*a)
+
+    ctx.decode = interrupted

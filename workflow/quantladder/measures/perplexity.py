@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
-from ..io import atomic_path, sha256_bytes
+from ..io import sha256_bytes
 
 log = logging.getLogger(__name__)
 
@@ -93,29 +93,127 @@ def check_room(path: str | os.PathLike, need: int) -> None:
                         "measures.perplexity.max_chunks")
 
 
+def _open_after(path: Path, head: bytes, keep_bytes: int):
+    """Open `path` for appending after `head` + the first `keep_bytes` of records (a new file when 0)."""
+    if keep_bytes:
+        f = open(path, "r+b")
+        f.truncate(len(head) + keep_bytes)
+        f.seek(0, os.SEEK_END)
+        return f
+    path.parent.mkdir(parents=True, exist_ok=True)
+    f = open(path, "wb")
+    f.write(head)
+    return f
+
+
 class ReferenceWriter:
-    def __init__(self, path: str | os.PathLike, header: dict, tokens: np.ndarray):
+    """Writes the store under a `.partial` name beside its path and renames it into place when the
+    pass is complete. A resumable writer keeps the partial file when the pass stops early and, on
+    the next run with the same head (header + tokens), continues after its last whole chunk."""
+
+    def __init__(self, path: str | os.PathLike, header: dict, tokens: np.ndarray, *, resumable: bool = False):
+        self.path = Path(path)
         h = json.dumps(header, sort_keys=True).encode()
-        self.predicted_bytes = store_bytes(int(header["n_chunks"]), int(header["n_vocab"]),
-                                           Protocol(n_ctx=int(header["n_ctx"])), len(h))
-        check_room(path, self.predicted_bytes)
-        self._ctx = atomic_path(path)
-        self.tmp = self._ctx.__enter__()
-        self.f = open(self.tmp, "wb")
-        self.f.write(MAGIC + struct.pack("<Q", len(h)) + h)
-        self.f.write(tokens.astype("<i4").tobytes())
+        self.head = MAGIC + struct.pack("<Q", len(h)) + h + tokens.astype("<i4").tobytes()
+        rows, n_vocab = int(header["rows_per_chunk"]), int(header["n_vocab"])
+        self.chunk_bytes = rows * 8 + rows * n_vocab * 2
+        self.predicted_bytes = store_bytes(int(header["n_chunks"]), n_vocab, Protocol(n_ctx=int(header["n_ctx"])), len(h))
+        self.resumable = resumable
+        self.tmp = self.path.with_name(f".{self.path.name}.partial")
+        check_room(self.path, self.predicted_bytes - (self.tmp.stat().st_size if self.tmp.exists() else 0))
+        self.f = None
+
+    def chunks_on_disk(self) -> int:
+        """Whole chunks in a partial file left by an earlier run of the same pass (0 if none or another pass)."""
+        if not (self.resumable and self.tmp.exists()):
+            return 0
+        with open(self.tmp, "rb") as f:
+            if f.read(len(self.head)) != self.head:
+                return 0
+        return (self.tmp.stat().st_size - len(self.head)) // self.chunk_bytes
+
+    def open(self, keep_chunks: int = 0) -> None:
+        self.f = _open_after(self.tmp, self.head, keep_chunks * self.chunk_bytes)
 
     def add_quantized(self, meta: np.ndarray, q: np.ndarray) -> None:
         """One chunk's rows: (rows, 2) float32 [scale, lo] and (rows, n_vocab) uint16 (`_quantize_rows`)."""
         self.f.write(np.ascontiguousarray(meta, dtype="<f4").data)  # buffers, not copies
         self.f.write(np.ascontiguousarray(q, dtype="<u2").data)
 
+    def flush(self) -> None:
+        self.f.flush()
+        os.fsync(self.f.fileno())
+
     def close(self, ok: bool = True) -> None:
-        self.f.close()
+        if self.f is not None:
+            self.f.close()
+            self.f = None
         if ok:
-            self._ctx.__exit__(None, None, None)
-        else:
-            self._ctx.__exit__(RuntimeError, RuntimeError("aborted"), None)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(self.tmp, 0o666 & ~umask)
+            os.replace(self.tmp, self.path)
+        elif not self.resumable:
+            self.tmp.unlink(missing_ok=True)
+
+
+def checkpoint_path(output: str | os.PathLike) -> Path:
+    """Where a rule's pass keeps its finished chunks: beside its output, under a name that is not
+    an output (Snakemake deletes a failed job's outputs; this must survive to be resumed from)."""
+    output = Path(output)
+    return output.with_name(f".{output.name}.chunks.partial")
+
+
+class _Checkpoint:
+    """The per-token results of a pass, appended after each chunk group, so that a pass stopped by
+    its time budget (or killed) resumes where it stopped instead of starting over: nothing measured
+    is lost. Its identity (the caller's key, e.g. the point's spec hash, the token stream, the
+    protocol and the reference) must match, else it is ignored and overwritten."""
+
+    MAGIC = b"QLCKPT01"
+
+    def __init__(self, path: str | os.PathLike, identity: dict, fields: list[tuple[str, str]], rows: int):
+        self.path = Path(path)
+        h = json.dumps(identity, sort_keys=True).encode()
+        self.head = self.MAGIC + struct.pack("<Q", len(h)) + h
+        self.fields, self.rows = fields, rows
+        self.rec = rows * sum(np.dtype(d).itemsize for _, d in fields)
+        self.f = None
+
+    def load(self, out: dict) -> int:
+        """Fill `out` from the file; returns the number of whole chunks it holds."""
+        if not self.path.exists():
+            return 0
+        data = self.path.read_bytes()
+        if not data.startswith(self.head):
+            return 0
+        n = (len(data) - len(self.head)) // self.rec
+        off = len(self.head)
+        for c in range(n):
+            sl = slice(c * self.rows, (c + 1) * self.rows)
+            for name, dt in self.fields:
+                k = self.rows * np.dtype(dt).itemsize
+                out[name][sl] = np.frombuffer(data, dtype=dt, count=self.rows, offset=off)
+                off += k
+        return n
+
+    def open(self, keep_chunks: int) -> None:
+        self.f = _open_after(self.path, self.head, keep_chunks * self.rec)
+
+    def append(self, c0: int, ns: int, out: dict) -> None:
+        for c in range(c0, c0 + ns):
+            sl = slice(c * self.rows, (c + 1) * self.rows)
+            for name, dt in self.fields:
+                self.f.write(np.ascontiguousarray(out[name][sl], dtype=dt).data)
+        self.f.flush()
+        os.fsync(self.f.fileno())
+
+    def close(self, discard: bool) -> None:
+        if self.f is not None:
+            self.f.close()
+            self.f = None
+        if discard:
+            self.path.unlink(missing_ok=True)
 
 
 class ReferenceReader:
@@ -172,10 +270,15 @@ class ReferenceReader:
 # -- the pass ----------------------------------------------------------------------------------
 def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = None,
         write_reference: str | os.PathLike | None = None, ref_header: dict | None = None,
-        progress_every: int = 10, deadline: float | None = None) -> dict:
+        progress_every: int = 10, deadline: float | None = None,
+        checkpoint: str | os.PathLike | None = None, resume_key: str = "") -> dict:
     """One pass over the corpus with a RawContext built with n_ctx = n_seq·n_ctx, n_seq_max = n_seq.
 
     Returns per-token arrays summarised by `summarize` (kept in float64, a few MB for wikitext-2).
+    With `checkpoint` (a file path that is not a Snakemake output) the pass is resumable: the
+    finished chunk groups (and the reference store's `.partial` file) survive a stop, and the next
+    call with the same `resume_key` continues from them, with results bit-identical to one
+    uninterrupted pass (chunk groups are decoded with the same companions either way).
     """
     t_start = time.perf_counter()
     tokens = ctx.tokenize(text, add_special=True, parse_special=False)
@@ -189,7 +292,7 @@ def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = 
         header = {"n_vocab": ctx.n_vocab, "n_ctx": n_ctx, "first": first, "rows_per_chunk": rows,
                   "n_chunks": n_chunk, "tokens_sha256": sha256_bytes(used.astype("<i4").tobytes()),
                   "log_prob_floor": LOG_PROB_FLOOR, **(ref_header or {})}
-        writer = ReferenceWriter(write_reference, header, used)
+        writer = ReferenceWriter(write_reference, header, used, resumable=checkpoint is not None)
         log.info("reference-logit store %s: %.1f MiB (%d chunks x %d rows x %d vocab, uint16)", write_reference,
                  writer.predicted_bytes / 2**20, n_chunk, rows, ctx.n_vocab)
     nll = np.empty(n_chunk * rows, dtype=np.float64)
@@ -204,14 +307,36 @@ def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = 
     done = 0
     chunk_s = 0.0  # the slowest chunk group so far: the next must fit before the deadline
     ok = False
+    ckpt = None
+    start = 0
+    if checkpoint is not None:
+        fields = [("nll", "<f8")]
+        if reference is not None:
+            fields += [("nll_base", "<f8"), ("kld", "<f8"), ("dp", "<f8"), ("same_top", "|b1")]
+        identity = {"key": resume_key, "tokens_sha256": sha256_bytes(used.astype("<i4").tobytes()),
+                    "n_chunk": n_chunk, "n_ctx": n_ctx, "n_batch": proto.n_batch, "n_vocab": ctx.n_vocab,
+                    "reference": reference.header if reference is not None else None,
+                    "writes_reference": writer is not None}
+        ckpt = _Checkpoint(checkpoint, identity, fields, rows)
+        start = ckpt.load(out)
+        if writer is not None:
+            start = min(start, writer.chunks_on_disk())
+        start -= start % n_seq  # resume on a group boundary: the same chunks decoded together
+        if start:
+            log.info("resuming the pass at chunk %d/%d from %s", start, n_chunk, checkpoint)
+        ckpt.open(start)
+    if writer is not None:
+        writer.open(start)
     scorer = _Scorer(used, proto, out, reference, writer, n_threads=getattr(ctx, "n_threads", 0))
     try:
-        for c0 in range(0, n_chunk, n_seq):
+        for c0 in range(start, n_chunk, n_seq):
             if deadline is not None and time.time() + chunk_s > deadline:
                 from ..budget import BudgetReached
 
+                kept = (f"the {c0} chunks done are kept in {checkpoint} and the rerun resumes there"
+                        if ckpt is not None else "nothing is kept; rerun with a larger runtime")
                 raise BudgetReached(f"budget reached: perplexity pass stopped before chunk {c0}/{n_chunk} "
-                                    "(the job's runtime would be exceeded); rerun with a larger runtime")
+                                    f"(the job's runtime would be exceeded); {kept}")
             t_chunk = time.perf_counter()
             ns = min(n_seq, n_chunk - c0)
             ctx.clear()
@@ -238,6 +363,10 @@ def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = 
                 if piece < n_ctx:
                     raise NotImplementedError("n_batch < n_ctx: give n_batch >= n_ctx")
                 scorer.score_group(all_logits, c0, ns, per_seq)
+            if ckpt is not None:
+                if writer is not None:
+                    writer.flush()  # the store first: on resume the shorter of the two decides
+                ckpt.append(c0, ns, out)
             done = c0 + ns
             chunk_s = max(chunk_s, time.perf_counter() - t_chunk)
             if progress_every and (done // n_seq) % max(1, progress_every // n_seq) == 0:
@@ -249,6 +378,8 @@ def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = 
         scorer.close()
         if writer is not None:
             writer.close(ok=ok)
+        if ckpt is not None:
+            ckpt.close(discard=ok)
     out["n_chunks"] = n_chunk
     out["n_tokens_corpus"] = int(len(tokens))
     out["seconds"] = time.perf_counter() - t_start
