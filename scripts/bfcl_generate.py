@@ -24,10 +24,8 @@ def run(smk):
     pt = points.from_snakemake(smk, "bfcl")
     s = bfcl_run.settings(smk.config["benchmarks"].get("bfcl"))
     done_path = Path(smk.output.done)
-    gen_path = done_path.with_name("generations.jsonl")
-    gen_path.parent.mkdir(parents=True, exist_ok=True)
-    if pt.blocked:  # the anchor gate failed on this card: measure nothing, say why
-        write_json(done_path, {"complete": False, "blocked": True, "reason": pt.anchor.get("reason")})
+    gen_path = pt.start_generations(done_path)
+    if gen_path is None:  # the anchor gate failed on this card: measure nothing
         return
     record = read_json(smk.input.data)
     data.verify(record)

@@ -25,10 +25,8 @@ def run(smk):
     section = smk.config["benchmarks"][suite]
     pt = points.from_snakemake(smk, suite)
     done_path = Path(smk.output.done)
-    gen_path = done_path.with_name("generations.jsonl")
-    gen_path.parent.mkdir(parents=True, exist_ok=True)
-    if pt.blocked:  # the anchor gate failed on this card: generate nothing, say why
-        write_json(done_path, {"complete": False, "blocked": True, "reason": pt.anchor.get("reason")})
+    gen_path = pt.start_generations(done_path)
+    if gen_path is None:  # the anchor gate failed on this card: generate nothing
         return
     items = data.load_suite(suite, section)
     bud = qbudget.from_snakemake(smk)

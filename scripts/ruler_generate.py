@@ -24,11 +24,8 @@ def run(smk):
     pt = points.from_snakemake(smk, "ruler")
     s = ruler.resolve_settings(smk.config["benchmarks"].get("ruler"))
     meta = read_json(smk.input.meta)
-    gen_path = Path(smk.output.done).with_name("generations.jsonl")
-    gen_path.parent.mkdir(parents=True, exist_ok=True)
-    if pt.blocked:  # the anchor gate failed on this card: measure nothing, say why
-        write_json(smk.output.done, {"complete": False, "blocked": True, "reason": pt.anchor.get("reason"),
-                                     "items_sha256": meta["sha256"]})
+    gen_path = pt.start_generations(smk.output.done, items_sha256=meta["sha256"])
+    if gen_path is None:  # the anchor gate failed on this card: measure nothing
         return
     items = read_jsonl(smk.input.item_file)
     # Resume only from answers to these very items, by this very file, with these KV types and

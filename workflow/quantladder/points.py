@@ -55,6 +55,18 @@ class Point:
             return "unanchored", self.anchor.get("reason") or "no anchor gate ran for this benchmark"
         return "ok", None
 
+    def start_generations(self, done_path, **marker) -> Path | None:
+        """Where a generation rule appends its answers (``generations.jsonl`` beside its ``done``
+        marker, directory made), or None when the anchor gate failed on this card: then the marker
+        says so (with ``marker``'s fields) and nothing is generated."""
+        done_path = Path(done_path)
+        gen_path = done_path.with_name("generations.jsonl")
+        gen_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.blocked:
+            write_json(done_path, {"complete": False, "blocked": True, "reason": self.anchor.get("reason"), **marker})
+            return None
+        return gen_path
+
     def engine_settings(self, n_ctx: int, **kw) -> EngineSettings:
         return EngineSettings(n_ctx=n_ctx, kv=self.kv, n_gpu_layers=self.config.get("gpu_layers", 0),
                               n_threads=self.threads, flash_attn=self.config.get("flash_attn"), **kw)
