@@ -42,3 +42,11 @@ def fmt_table(header: list[str], rows: list[list]) -> str:
     lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def mean_sd(xs) -> tuple[float, float, int]:
+    """Mean, sample sd (nan for one value) and count of repeated measurements."""
+    import statistics
+
+    xs = [float(x) for x in xs]
+    return statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else float("nan"), len(xs)

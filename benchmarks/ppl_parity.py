@@ -19,9 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
-from _common import REPO, embedded_ladder, fmt_table, tool
+from _common import REPO, embedded_ladder, fmt_table, mean_sd, tool
 
 from quantladder.corpora import pydoc_topics_text
 from quantladder.engine import RawContext
@@ -74,8 +72,9 @@ def ours(model, text, proto, threads, fa, write_reference=None, reference=None):
     return s
 
 
-def _mean_sd(xs) -> str:
-    return f"{np.mean(xs):.1f} ± {np.std(xs, ddof=1):.1f}" if len(xs) > 1 else f"{xs[0]:.1f}"
+def _fmt_times(xs) -> str:
+    m, sd, n = mean_sd(xs)
+    return f"{m:.1f} ± {sd:.1f}" if n > 1 else f"{m:.1f}"
 
 
 def main():
@@ -136,13 +135,13 @@ def main():
             f"{100 * (q['kld_mean'] / l['kld'] - 1):+.2f}%" if l.get("kld") else "n/a",
             f"{100 * q['same_top']:.3f}%", f"{l.get('same_top', float('nan')):.3f}%",
             f"{100 * q['same_top'] - l.get('same_top', float('nan')):+.3f}",
-            _mean_sd(q["times"]), _mean_sd(l["times"]), f"{np.mean(q['times']) / np.mean(l['times']):.2f}x",
+            _fmt_times(q["times"]), _fmt_times(l["times"]), f"{mean_sd(q['times'])[0] / mean_sd(l['times'])[0]:.2f}x",
         ])
     print(f"corpus {corpus} ({len(text)} chars), n_ctx {a.n_ctx}, batch {a.batch}, chunks {a.chunks}, "
           f"threads {a.threads}, flash attention {a.flash_attn}")
     print(f"KL base files: llama.cpp {base_sizes[0] / 2**20:.1f} MiB, quantladder {base_sizes[1] / 2**20:.1f} MiB")
-    print(f"reference pass (write base): quantladder {_mean_sd(base_ql[ref]['times'])} s, "
-          f"llama-perplexity {_mean_sd(base_lc[ref]['times'])} s ({a.repeats} run(s) each, interleaved)")
+    print(f"reference pass (write base): quantladder {_fmt_times(base_ql[ref]['times'])} s, "
+          f"llama-perplexity {_fmt_times(base_lc[ref]['times'])} s ({a.repeats} run(s) each, interleaved)")
     print(fmt_table(["rung", "PPL ours", "PPL llama.cpp", "ΔPPL", "KLD ours (nats)", "KLD llama.cpp",
                      "ΔKLD", "same-top ours", "same-top llama.cpp", "Δ (pts)", "ours s", "llama.cpp s", "time ratio (means)"], rows))
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import REPO, embedded_ladder, fmt_table, tool
+from _common import REPO, embedded_ladder, fmt_table, mean_sd, tool
 
 from quantladder.measures import speed
 
@@ -35,11 +35,6 @@ def llama_bench(exe, model, n_prompt, n_gen, reps, threads, fa):
         key = "pp" if t["n_prompt"] and not t["n_gen"] else "tg"
         out[key] = list(t["samples_ts"])
     return out
-
-
-def _stats(xs):
-    xs = np.asarray(xs, dtype=float)
-    return xs.mean(), xs.std(ddof=1) if len(xs) > 1 else float("nan"), len(xs)
 
 
 def main():
@@ -72,8 +67,8 @@ def main():
         for key, label in (("pp", f"pp{a.n_prompt}"), ("tg", f"tg{a.n_gen}")):
             if not ql[key]:
                 continue
-            qm, qs, qn = _stats(ql[key])
-            lm, ls, ln = _stats(lb[key])
+            qm, qs, qn = mean_sd(ql[key])
+            lm, ls, ln = mean_sd(lb[key])
             # Δ of the means, ± from the two standard errors (first-order propagation)
             d = qm / lm - 1
             de = (qm / lm) * np.sqrt((qs / qm) ** 2 / qn + (ls / lm) ** 2 / ln)

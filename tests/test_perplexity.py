@@ -220,12 +220,16 @@ def _resume_ctx(path):
     return RawContext(str(path), n_ctx=512, n_batch=512, n_seq_max=2, n_threads=2)
 
 
-def _count_decodes(ctx):
+def _count_decodes(ctx, stop_at=None):
+    """Count the decode calls; with `stop_at`, raise KeyboardInterrupt (Ctrl-C, or Snakemake stopping
+    the job) at that call instead of decoding."""
     calls = []
     decode = ctx.decode
 
     def counted(*a):
         calls.append(1)
+        if len(calls) == stop_at:
+            raise KeyboardInterrupt
         return decode(*a)
 
     ctx.decode = counted
@@ -286,7 +290,7 @@ def test_an_interrupted_kld_pass_resumes_and_a_changed_key_starts_over(smollm_q8
 
     ckpt = tmp_path / ".kld.ckpt"
     with _resume_ctx(smollm_q8) as ctx:
-        _interrupt_at(ctx, 3)  # stopped during the third group
+        _count_decodes(ctx, stop_at=3)  # stopped during the third group
         with pytest.raises(KeyboardInterrupt):
             P.run(ctx, TEXT, proto, reference=P.ReferenceReader(ref), checkpoint=ckpt, resume_key="spec-1")
     assert ckpt.exists()
@@ -301,7 +305,7 @@ def test_an_interrupted_kld_pass_resumes_and_a_changed_key_starts_over(smollm_q8
 
     # a checkpoint from another spec (say the rung was re-quantized) is not resumed from
     with _resume_ctx(smollm_q8) as ctx:
-        _interrupt_at(ctx, 3)
+        _count_decodes(ctx, stop_at=3)
         with pytest.raises(KeyboardInterrupt):
             P.run(ctx, TEXT, proto, reference=P.ReferenceReader(ref), checkpoint=ckpt, resume_key="spec-1")
     with _resume_ctx(smollm_q8) as ctx:
@@ -310,16 +314,3 @@ def test_an_interrupted_kld_pass_resumes_and_a_changed_key_starts_over(smollm_q8
     assert len(calls) == 4
     assert np.array_equal(again["kld"], full["kld"])
 
-
-def _interrupt_at(ctx, n):
-    """Raise KeyboardInterrupt (Ctrl-C, or Snakemake stopping the job) at the n-th decode call."""
-    calls = []
-    decode = ctx.decode
-
-    def interrupted(*a):
-        calls.append(1)
-        if len(calls) == n:
-            raise KeyboardInterrupt
-        return decode(*a)
-
-    ctx.decode = interrupted

@@ -76,8 +76,12 @@ def store_bytes(n_chunks: int, n_vocab: int, proto: Protocol, header_bytes: int 
     wikitext-2 pass at n_ctx 512 of a 150k-vocab model (~580 chunks) is ~42 GiB; RAM stays at one
     chunk group whatever the size.
     """
-    rows = proto.rows_per_chunk
-    return 16 + header_bytes + 4 * n_chunks * proto.n_ctx + n_chunks * (rows * 8 + rows * n_vocab * 2)
+    return 16 + header_bytes + 4 * n_chunks * proto.n_ctx + n_chunks * _chunk_bytes(proto.rows_per_chunk, n_vocab)
+
+
+def _chunk_bytes(rows: int, n_vocab: int) -> int:
+    """One chunk in the store: per row a float32 (scale, lo) pair and n_vocab uint16 log-probs."""
+    return rows * 8 + rows * n_vocab * 2
 
 
 def check_room(path: str | os.PathLike, need: int) -> None:
@@ -116,7 +120,7 @@ class ReferenceWriter:
         h = json.dumps(header, sort_keys=True).encode()
         self.head = MAGIC + struct.pack("<Q", len(h)) + h + tokens.astype("<i4").tobytes()
         rows, n_vocab = int(header["rows_per_chunk"]), int(header["n_vocab"])
-        self.chunk_bytes = rows * 8 + rows * n_vocab * 2
+        self.chunk_bytes = _chunk_bytes(rows, n_vocab)
         self.predicted_bytes = store_bytes(int(header["n_chunks"]), n_vocab, Protocol(n_ctx=int(header["n_ctx"])), len(h))
         self.resumable = resumable
         self.tmp = self.path.with_name(f".{self.path.name}.partial")
@@ -149,10 +153,7 @@ class ReferenceWriter:
             self.f.close()
             self.f = None
         if ok:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(self.tmp, 0o666 & ~umask)
-            os.replace(self.tmp, self.path)
+            os.replace(self.tmp, self.path)  # made by open(): mode already follows the umask
         elif not self.resumable:
             self.tmp.unlink(missing_ok=True)
 
@@ -235,7 +236,7 @@ class ReferenceReader:
         self.n_chunks, self.n_ctx = int(h["n_chunks"]), int(h["n_ctx"])
         self.tok_off = 16 + hlen
         self.data_off = self.tok_off + 4 * self.n_chunks * self.n_ctx
-        self.chunk_bytes = self.rows * 8 + self.rows * self.n_vocab * 2
+        self.chunk_bytes = _chunk_bytes(self.rows, self.n_vocab)
         expect = self.data_off + self.n_chunks * self.chunk_bytes
         size = self.path.stat().st_size
         if size != expect:
@@ -285,12 +286,13 @@ def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = 
     n_chunk = n_chunks(len(tokens), proto)
     first, rows, n_ctx = proto.first, proto.rows_per_chunk, proto.n_ctx
     used = tokens[: n_chunk * n_ctx].copy()
+    tokens_sha256 = sha256_bytes(used.astype("<i4").tobytes())
     if reference is not None:
         reference.check_compatible(used, ctx.n_vocab, proto, n_chunk)
     writer = None
     if write_reference:
         header = {"n_vocab": ctx.n_vocab, "n_ctx": n_ctx, "first": first, "rows_per_chunk": rows,
-                  "n_chunks": n_chunk, "tokens_sha256": sha256_bytes(used.astype("<i4").tobytes()),
+                  "n_chunks": n_chunk, "tokens_sha256": tokens_sha256,
                   "log_prob_floor": LOG_PROB_FLOOR, **(ref_header or {})}
         writer = ReferenceWriter(write_reference, header, used, resumable=checkpoint is not None)
         log.info("reference-logit store %s: %.1f MiB (%d chunks x %d rows x %d vocab, uint16)", write_reference,
@@ -313,7 +315,7 @@ def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = 
         fields = [("nll", "<f8")]
         if reference is not None:
             fields += [("nll_base", "<f8"), ("kld", "<f8"), ("dp", "<f8"), ("same_top", "|b1")]
-        identity = {"key": resume_key, "tokens_sha256": sha256_bytes(used.astype("<i4").tobytes()),
+        identity = {"key": resume_key, "tokens_sha256": tokens_sha256,
                     "n_chunk": n_chunk, "n_ctx": n_ctx, "n_batch": proto.n_batch, "n_vocab": ctx.n_vocab,
                     "reference": reference.header if reference is not None else None,
                     "writes_reference": writer is not None}
@@ -383,7 +385,7 @@ def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = 
     out["n_chunks"] = n_chunk
     out["n_tokens_corpus"] = int(len(tokens))
     out["seconds"] = time.perf_counter() - t_start
-    out["tokens_sha256"] = sha256_bytes(used.astype("<i4").tobytes())
+    out["tokens_sha256"] = tokens_sha256
     return out
 
 
