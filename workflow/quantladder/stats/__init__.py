@@ -1,0 +1,51 @@
+"""Is the loss real? Paired statistics for a rung against its family's reference (docs/statistics.md).
+
+Pure functions over plain inputs; nothing here reads the dataset or writes files.
+
+Items (task benchmarks), per-item verdicts ``{"item_id", "correct", "subset", "score"}``::
+
+    from quantladder import stats
+    pairs = stats.pair_verdicts(reference_verdicts, rung_verdicts)          # common items; dropped counted
+    d = stats.paired_delta(pairs)                                           # binary: Tango CI + McNemar exact
+    d = stats.paired_delta(pairs, weights=stats.equal_subset_weights(ref), stratify=True)   # BFCL aggregates
+    d = stats.compare(reference_verdicts, rung_verdicts, weights="equal_subsets")          # the same, in one call
+    # partial credit (every verdict has a score): paired t interval + sign-flip test
+    verdicts = stats.ladder({("Q4_K_M", "pass_at_1", None): d, ...}, correction="holm", noise=floor)
+    verdicts[key].text, verdicts[key].columns()   # words; the dataset's delta_* / verdict columns
+
+Tokens (perplexity, KLD), plain numpy arrays on identical tokens::
+
+    t = stats.token_delta(nll_rung, nll_reference, chunks=rows_per_chunk)  # ln(PPL ratio), chunk-level CI
+    k = stats.token_mean(kld, chunks=rows_per_chunk)
+
+Power and sample size (shares, not points)::
+
+    stats.items_needed(0.02, discordance=0.1, alpha=0.05 / m, power=0.8)   # (n, "exact" | "connor")
+    stats.smallest_detectable_loss(n, discordance, alpha=0.05 / m)
+
+Early stopping::
+
+    t = stats.SequentialPairedTest(alpha=0.05, margin=2.0)
+    t.update(ref_wave, rung_wave); t.decide().state   # continue | loss | gain | no_loss_beyond_margin | undecided
+"""
+
+from .multiplicity import METHODS as CORRECTIONS
+from .multiplicity import adjust, benjamini_hochberg, holm, planning_alpha
+from .paired import (PairedDelta, Pairs, compare, equal_subset_weights, mcnemar_exact, newcombe_interval,
+                     pair_verdicts, paired_delta, pairs_from_files, read_verdicts, sign_flip_pvalue, tango_interval)
+from .power import (connor_items, connor_power, exact_power, exact_power_for_loss, items_needed, normal_detectable,
+                    smallest_detectable_loss)
+from .sequential import SequentialDecision, SequentialPairedTest
+from .tokens import TokenMean, block_bootstrap, ppl_ratio, token_delta, token_mean
+from .verdict import GAIN, LOSS, NONE, NoiseFloor, Verdict, ladder, noise_floor, verdict
+
+__all__ = [
+    "CORRECTIONS", "adjust", "benjamini_hochberg", "holm", "planning_alpha",
+    "PairedDelta", "Pairs", "compare", "equal_subset_weights", "mcnemar_exact", "newcombe_interval", "pair_verdicts",
+    "paired_delta", "pairs_from_files", "read_verdicts", "sign_flip_pvalue", "tango_interval",
+    "connor_items", "connor_power", "exact_power", "exact_power_for_loss", "items_needed", "normal_detectable",
+    "smallest_detectable_loss",
+    "SequentialDecision", "SequentialPairedTest",
+    "TokenMean", "block_bootstrap", "ppl_ratio", "token_delta", "token_mean",
+    "GAIN", "LOSS", "NONE", "NoiseFloor", "Verdict", "ladder", "noise_floor", "verdict",
+]
