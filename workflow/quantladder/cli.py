@@ -4,6 +4,8 @@
         [--kv f16,q8_0] [--min-tg 20] [--weight bfcl=1 --weight ruler=2] [--card NAME] [--json]
     quantladder pack --cards L4=24GiB,L4b=24GiB --ctx 8192 --dataset ... [--families a,b] [--require-all]
     quantladder report results/<card>/points.parquet results/<card>/report.html [--card NAME]
+    quantladder plan --detect 2 --dataset results/<card>/points.parquet [--power 0.8] [--alpha 0.05]
+        [--config config/config.yaml] [--comparisons M] [--card NAME] [--json]
     quantladder schema
 
 Exit status: 0 answered, 1 error in the request or the data, 2 infeasible (the message says why).
@@ -53,6 +55,16 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("out_html")
     rep.add_argument("--card", help="card to report (default: every card in the dataset)")
     sub.add_parser("schema", help="print the dataset's documented schema (Markdown)")
+    pl = sub.add_parser("plan", help="items needed to detect a loss, and what a plan costs in job-hours")
+    pl.add_argument("--detect", required=True, type=float, help="loss to detect, in percentage points (e.g. 2)")
+    pl.add_argument("--dataset", required=True, help="points.parquet of one card")
+    pl.add_argument("--power", type=float, default=0.8, help="power to detect it with (default 0.8)")
+    pl.add_argument("--alpha", type=float, default=0.05, help="two-sided level before the ladder's correction")
+    pl.add_argument("--config", help="config whose points x benchmarks to price (default: the dataset's points)")
+    pl.add_argument("--comparisons", type=int, help="comparisons the correction divides alpha by "
+                    "(default: the family's rung x benchmark comparisons on the card)")
+    pl.add_argument("--card", help="card key when the dataset holds several")
+    pl.add_argument("--json", action="store_true", help="print the answer as JSON")
     return ap
 
 
@@ -70,6 +82,13 @@ def main(argv: list[str] | None = None) -> int:
 
             out = build(args.dataset, args.out_html, card=args.card)
             print(f"wrote {out}")
+            return 0
+        if args.cmd == "plan":
+            from . import plan as qplan
+
+            result = qplan.load_and_plan(args.dataset, detect=args.detect, power=args.power, alpha=args.alpha,
+                                         card=args.card, config_path=args.config, comparisons=args.comparisons)
+            print(json.dumps(result, indent=2, default=str) if args.json else qplan.format_text(result).rstrip())
             return 0
         from . import dataset_view as dv
         from . import recommend as rec
