@@ -26,6 +26,10 @@ Stopping rule (``decide``): after any item or wave, stop with "loss" if E^loss �
 E^gain ≥ 2/α, with "no loss of ≥ margin" if K ≥ 2/α; stop "undecided" at ``max_items``; otherwise
 continue. The first claim reached is final. A ladder of m such tests uses α/m each (Bonferroni:
 valid for e-processes under any dependence).
+
+With partial-credit scores, "loss" and "gain" are claims about the sign of the per-item differences
+(a sequential sign test: among items that differ, is the rung worse more often than not?), while
+"no loss of ≥ margin" is a claim about the mean difference.
 """
 
 from __future__ import annotations
