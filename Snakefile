@@ -11,6 +11,7 @@ configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 
 include: "rules/common.smk"
+include: "rules/tools.smk"
 include: "rules/models.smk"
 include: "rules/anchors.smk"
 include: "rules/measures.smk"

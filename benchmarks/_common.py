@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,13 +10,16 @@ sys.path.insert(0, str(REPO / "workflow"))
 
 
 def tool(name: str, tools_dir: str | None) -> str:
-    d = Path(tools_dir) if tools_dir else REPO / "build" / "llama-tools" / "bin"
-    p = d / name
-    if not p.exists():
-        subprocess.run(["bash", str(REPO / "benchmarks" / "build_llama_tools.sh")], check=True)
-    if not p.exists():
-        raise SystemExit(f"{p} not found: run benchmarks/build_llama_tools.sh or pass --tools-dir")
-    return str(p)
+    """A llama.cpp tool: from --tools-dir, else the workflow's own build (quantladder.llama_tools,
+    built once from the vendored source of the installed llama-cpp-python)."""
+    if tools_dir:
+        p = Path(tools_dir) / name
+        if not p.exists():
+            raise SystemExit(f"{p} not found (--tools-dir)")
+        return str(p)
+    from quantladder import llama_tools
+
+    return llama_tools.tool(llama_tools.ensure(), name)
 
 
 def embedded_ladder(rungs: list[str], workdir: Path) -> dict[str, Path]:

@@ -17,3 +17,29 @@ rule anchor_gate:
         anchors=anchors_file(),
     script:
         "../scripts/anchor_gate.py"
+
+
+# The offline gates of perplexity and speed, per (card, family): llama-perplexity / llama-bench on
+# the family's reference rung against the harness's own figures (quantladder.tool_gates).
+rule tool_anchor_gate:
+    input:
+        gguf=get_reference_gguf,
+        info=get_reference_info,
+        corpus=get_gate_corpus,
+        tools=get_llama_tools,
+    output:
+        "results/{card}/anchors/{benchmark}/{family}.json",
+    log:
+        "logs/tool_anchor_gate/{card}/{benchmark}/{family}.log",
+    wildcard_constraints:
+        benchmark="perplexity|speed",
+    conda:
+        "../envs/quantladder.yaml"
+    threads: workflow.cores
+    resources:
+        mem_mb=qres.mem_mb("inference", n_ctx=PPL_CONTEXT),
+        runtime=runtime_for("tool_anchor_gate", 60),
+    params:
+        spec=get_tool_gate_spec,
+    script:
+        "../scripts/tool_anchor_gate.py"

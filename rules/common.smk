@@ -15,6 +15,8 @@ import quantladder.manifest as qmanifest
 import quantladder.anchors as qanchors
 import quantladder.resources as qres
 from quantladder import card as qcard
+from quantladder import ladder as qladder
+from quantladder import llama_tools as qtools
 
 validate(config, schema="../config/config.schema.yaml")
 for _bench, _section in config["benchmarks"].items():
@@ -117,8 +119,38 @@ def get_reference_gguf(wildcards):
 
 
 def get_imatrix(wildcards):
-    opts = qconfig.rung_options(config, wildcards.family, wildcards.rung)
-    return [opts["imatrix"]] if opts.get("imatrix") else []
+    """The rung's importance matrix: computed by rule imatrix, or a file the config names."""
+    im = qconfig.rung_options(config, wildcards.family, wildcards.rung).get("imatrix")
+    return [im["file"]] if im else []
+
+
+# -- llama.cpp's tools and importance matrices (rules/tools.smk, rules/models.smk) -------------
+
+# One build per llama-cpp-python version and backend (read from the installed files: cheap).
+LLAMA_TOOLS = (
+    f"resources/llama-tools/{qtools.library_version()}-{qtools.library_backend()}.json"
+)
+
+
+def get_llama_tools(wildcards):
+    return LLAMA_TOOLS
+
+
+def get_imatrix_settings(wildcards):
+    return json.dumps(qladder.imatrix_settings(config), sort_keys=True)
+
+
+def get_imatrix_spec(wildcards):
+    """What decides a matrix: the corpus source, the settings, the reference, the tools' build."""
+    return qladder.imatrix_key(config, wildcards.family, wildcards.corpus)
+
+
+def get_gate_corpus(wildcards):
+    return get_corpus_file(wildcards) if wildcards.benchmark == "perplexity" else []
+
+
+def get_tool_gate_spec(wildcards):
+    return qanchors.tool_gate_key(config, wildcards.family, wildcards.benchmark)
 
 
 def get_corpus_spec(wildcards):
@@ -153,6 +185,8 @@ def spec_hash(measure):
 
 def get_anchor_status(measure):
     def _anchor(wildcards):
+        if qanchors.tool_gate_enabled(config, measure):  # perplexity, speed: per family
+            return f"results/{wildcards.card}/anchors/{measure}/{wildcards.family}.json"
         return f"results/{wildcards.card}/anchors/{measure}.json"
 
     _anchor.__name__ = f"anchor_status_{measure}"

@@ -1,4 +1,5 @@
-# Model files: source -> reference rung -> quantized rungs (and prebuilt third-party rungs).
+# Model files: source -> reference rung -> importance matrices -> quantized rungs (and prebuilt
+# third-party rungs).
 
 
 rule acquire_source:
@@ -53,6 +54,32 @@ rule reference_rung:
         "../scripts/reference.py"
 
 
+rule imatrix:
+    input:
+        gguf=get_reference_gguf,
+        info=get_reference_info,
+        corpus="resources/corpora/{corpus}.txt",
+        tools=get_llama_tools,
+    output:
+        imatrix="resources/models/{family}/imatrix/{corpus}-{settings}.gguf",
+        info="resources/models/{family}/imatrix/{corpus}-{settings}.gguf.json",
+    log:
+        "logs/imatrix/{family}/{corpus}-{settings}.log",
+    wildcard_constraints:
+        settings=r"n\d+-c\d+(-out)?(-sp)?",
+    conda:
+        "../envs/quantladder.yaml"
+    threads: workflow.cores
+    resources:
+        mem_mb=qres.mem_mb("inference", n_ctx=2048),
+        runtime=runtime_for("imatrix", 60),
+    params:
+        settings=get_imatrix_settings,
+        spec=get_imatrix_spec,
+    script:
+        "../scripts/imatrix.py"
+
+
 rule quantize:
     input:
         gguf=get_reference_gguf,
@@ -77,7 +104,8 @@ rule quantize:
 
 rule corpus:
     output:
-        "resources/corpora/{corpus}.txt",
+        text="resources/corpora/{corpus}.txt",
+        info="resources/corpora/{corpus}.json",
     log:
         "logs/corpus/{corpus}.log",
     conda:

@@ -1,4 +1,5 @@
-"""Rule quantize: one rung from the reference (llama-quantize, or the same C API via llama-cpp-python)."""
+"""Rule quantize: one rung from the reference through llama.cpp's C API (or a configured
+llama-quantize; byte-identical), with its recipe of tensor types and its importance matrix."""
 
 import json
 import sys
@@ -16,12 +17,21 @@ def run(smk):
     opts = json.loads(smk.params.options)
     binary = models.find_llama_quantize(smk.params.binary)
     ref_info = read_json(str(smk.input.gguf) + ".json")
+    im = opts.get("imatrix")
+    im_path = None
+    if im:  # a one-file named input comes as a str or as a one-item list, by Snakemake version
+        im_path = smk.input.imatrix if isinstance(smk.input.imatrix, str) else smk.input.imatrix[0]
+    recipe = {k: opts[k] for k in models.RECIPE_KEYS if k in opts}
     record = models.quantize(
-        smk.input.gguf, smk.output.gguf, smk.wildcards.rung, binary=binary,
-        imatrix=opts.get("imatrix"), allow_requantize=bool(opts.get("allow_requantize")),
-        output_tensor_type=opts.get("output_tensor_type"),
-        token_embedding_type=opts.get("token_embedding_type"), n_threads=smk.threads,
+        smk.input.gguf, smk.output.gguf, smk.wildcards.rung, binary=binary, imatrix=im_path, recipe=recipe,
+        allow_requantize=bool(opts.get("allow_requantize")), n_threads=smk.threads,
     )
+    record["recipe_name"] = opts.get("recipe")
+    if im:
+        side = Path(str(im_path) + ".json")
+        record["imatrix"] = (read_json(side) if side.exists()  # computed in the DAG: corpus, settings, tools
+                             else {"file": str(im_path), "sha256": sha256_file(im_path), "given": True})
+        record["imatrix"]["sha256"] = sha256_file(im_path)
     record["reference_sha256"] = ref_info["sha256"]
     record["reference_derived_from"] = ref_info.get("reference_derived_from")
     record["sha256"] = sha256_file(smk.output.gguf)

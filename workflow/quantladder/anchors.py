@@ -103,3 +103,106 @@ def _module_runner(benchmark: str):
         if fn is not None:
             return fn
     return None
+
+
+# -- the offline gates: llama.cpp's own tools as the anchor of perplexity and speed -------------
+#
+# With no published score to reproduce offline, the harness's perplexity and speed are anchored to
+# llama.cpp's reference tools built from the same source (quantladder.llama_tools), on the family's
+# reference rung on this card, with the same corpus, context, batch, threads and flash-attention
+# setting. Perplexity is deterministic: |PPL_ours / PPL_llama-perplexity − 1| must be within
+# `tolerance_pct` (0.1 %). Speed drifts on a shared vCPU (±10 % run to run), so llama-bench and the
+# harness run in `rounds` interleaved rounds; each round gives the ratio of the two means, and the
+# gate blocks only when the mean ratio is off by more than `tolerance_pct` (5 %) *beyond its own
+# uncertainty*: |Δ| − t·se > tolerance, t the two-sided 95 % Student quantile for rounds − 1 degrees
+# of freedom (docs/ladder.md). A real gap blocks; noise of the size this machine makes does not.
+
+TOOL_GATES = {"perplexity": "llama-perplexity", "speed": "llama-bench"}
+TOOL_GATE_DEFAULTS = {"perplexity": {"enabled": True, "tolerance_pct": 0.1},
+                      "speed": {"enabled": True, "tolerance_pct": 5.0, "rounds": 3}}
+# two-sided 95 % quantiles of Student's t, by degrees of freedom (1..30; beyond: the normal's 1.96)
+_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042]
+
+
+def t95(df: int) -> float:
+    return _T95[df - 1] if 1 <= df <= len(_T95) else 1.96
+
+
+def tool_gate_settings(cfg: dict, measure: str) -> dict:
+    s = dict(TOOL_GATE_DEFAULTS.get(measure, {}))
+    s.update(((cfg.get("anchor_gates") or {}).get(measure)) or {})
+    return s
+
+
+def tool_gate_enabled(cfg: dict, measure: str) -> bool:
+    return measure in TOOL_GATES and bool(tool_gate_settings(cfg, measure).get("enabled", True))
+
+
+def tool_gate_key(cfg: dict, family: str, measure: str) -> str:
+    """What decides a tool gate's outcome: its settings, the measure's, the reference, the engine."""
+    from . import HARNESS_VERSION
+    from .io import hash_obj
+    from .llama_tools import library_backend, library_version
+
+    fam = cfg["families"][family]
+    settings = dict(cfg["measures"][measure])
+    settings.pop("enabled", None)
+    extra = {}
+    if measure == "perplexity":
+        settings.pop("kld", None)
+        extra["corpus"] = (cfg.get("corpora") or {}).get(settings.get("corpus"))
+    return hash_obj({"gate": tool_gate_settings(cfg, measure), "settings": settings, **extra,
+                     "family_source": fam["source"], "family_sha256": fam.get("sha256"),
+                     "reference": fam.get("reference", "F16"), "threads": cfg.get("threads", 0),
+                     "gpu_layers": cfg.get("gpu_layers", 0), "flash_attn": cfg.get("flash_attn"),
+                     "llama_cpp_python": library_version(), "backend": library_backend(),
+                     "harness": HARNESS_VERSION})[:16]
+
+
+def judge_ppl(ours: float, theirs: float, tolerance_pct: float) -> dict:
+    dev = 100.0 * (ours / theirs - 1.0)
+    ok = abs(dev) <= tolerance_pct
+    return {"status": "passed" if ok else "failed", "ours": ours, "theirs": theirs, "deviation_pct": dev,
+            "tolerance_pct": tolerance_pct,
+            "reason": None if ok else
+            f"the harness's PPL {ours:.4f} differs from llama-perplexity's {theirs:.4f} by {dev:+.3f} % "
+            f"(> {tolerance_pct} %) on the same reference rung, corpus and settings: the perplexity "
+            "measure is wrong on this card"}
+
+
+def judge_speed(ours_rounds: list[float], theirs_rounds: list[float], tolerance_pct: float, test: str,
+                t: float | None = None) -> dict:
+    """Per-round means of tokens/s on both sides (interleaved rounds) -> the gate's verdict."""
+    import statistics
+
+    if len(ours_rounds) != len(theirs_rounds) or len(ours_rounds) < 2:
+        raise QuantladderError(f"speed gate {test}: needs at least 2 paired rounds, got {len(ours_rounds)}")
+    ratios = [o / r for o, r in zip(ours_rounds, theirs_rounds)]
+    n = len(ratios)
+    dev = 100.0 * (statistics.fmean(ratios) - 1.0)
+    se = 100.0 * statistics.stdev(ratios) / n ** 0.5
+    q = t if t is not None else t95(n - 1)
+    beyond = abs(dev) - q * se
+    ok = beyond <= tolerance_pct
+    return {"test": test, "status": "passed" if ok else "failed", "deviation_pct": dev, "stderr_pct": se,
+            "t": q, "rounds": n, "tolerance_pct": tolerance_pct, "ratios": ratios,
+            "ours_tokens_per_s": ours_rounds, "theirs_tokens_per_s": theirs_rounds,
+            "reason": None if ok else
+            f"{test}: the harness is {dev:+.1f} ± {se:.1f} % (se, {n} interleaved rounds) off llama-bench, "
+            f"beyond the ±{tolerance_pct} % tolerance even allowing {q:.2f} standard errors: the speed "
+            "measure is wrong on this card"}
+
+
+def summary(anchor: dict | None) -> dict | None:
+    """What a point's manifest records of its gate: outcome, what it was anchored against, why."""
+    if not anchor:
+        return None
+    keys = ("benchmark", "family", "status", "reason", "checked_at", "spec", "against", "tolerance_pct")
+    out = {k: anchor[k] for k in keys if k in anchor}
+    if "anchors" in anchor:  # published anchors: which models, which scores
+        out["against"] = [{"model": (a.get("entry") or {}).get("model", {}).get("label"),
+                           "published": a.get("published"), "reproduced": a.get("reproduced"),
+                           "status": a.get("status")} for a in anchor["anchors"]]
+    return out

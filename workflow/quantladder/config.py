@@ -52,7 +52,8 @@ def validate_config(cfg: dict, source: str = "config") -> dict:
 def check_semantics(cfg: dict, source: str = "config") -> None:
     """What a schema cannot say: cross-references between keys."""
     from .engine import parse_kv
-    from .models import FTYPES, source_kind
+    from .ladder import plan, rung_name
+    from .models import source_kind
 
     for name, fam in cfg.get("families", {}).items():
         source_kind(fam["source"])
@@ -60,8 +61,7 @@ def check_semantics(cfg: dict, source: str = "config") -> None:
         if ref not in ("F16", "BF16", "F32"):
             raise ConfigError(f"{source}: families.{name}.reference must be F16, BF16 or F32, got {ref!r}")
         for rung in fam.get("rungs", []):
-            if rung.upper() not in FTYPES:
-                raise ConfigError(f"{source}: families.{name}.rungs: unknown rung {rung!r}")
+            plan(cfg, name, rung_name(rung), where=source)  # type, recipe, matrix: a ConfigError names the key
         for pre in fam.get("prebuilt", {}):
             if pre in fam.get("rungs", []):
                 raise ConfigError(f"{source}: families.{name}: {pre!r} is both a made and a prebuilt rung")
@@ -81,7 +81,9 @@ def rungs(cfg: dict, family: str) -> list[str]:
     """The family's rungs, reference first, then made rungs, then prebuilt ones."""
     fam = cfg["families"][family]
     out = [reference_rung(cfg, family)]
-    out += [r.upper() for r in fam.get("rungs", []) if r.upper() != out[0]]
+    from .ladder import rung_name
+
+    out += [rung_name(r) for r in fam.get("rungs", []) if rung_name(r) != out[0]]
     out += list(fam.get("prebuilt", {}))
     return out
 
@@ -92,7 +94,9 @@ def rung_kind(cfg: dict, family: str, rung: str) -> str:
         return "reference"
     if rung in fam.get("prebuilt", {}):
         return "prebuilt"
-    if rung in [r.upper() for r in fam.get("rungs", [])]:
+    from .ladder import rung_name
+
+    if rung in [rung_name(r) for r in fam.get("rungs", [])]:
         return "quantized"
     raise ConfigError(f"family {family!r} has no rung {rung!r}")
 
@@ -108,8 +112,8 @@ def points(cfg: dict) -> list[tuple[str, str, str]]:
 
 
 def rung_options(cfg: dict, family: str, rung: str) -> dict:
-    """Quantize options for one rung: global defaults overridden by the family's per-rung entry."""
-    opts = dict(cfg.get("quantize", {}))
-    opts.pop("binary", None)
-    opts.update(cfg["families"][family].get("rung_options", {}).get(rung, {}))
-    return opts
+    """What makes one rung's file: type, tensor-type recipe, matrix (corpus + settings) and options
+    (quantladder.ladder.plan: global defaults overridden by the family's per-rung entry)."""
+    from .ladder import plan
+
+    return plan(cfg, family, rung)

@@ -18,7 +18,7 @@ FILE_TYPE_NAMES = {
     16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S",
     22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M",
     28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0",
-    37: "TQ2_0", 38: "MXFP4_MOE",
+    37: "TQ2_0", 38: "MXFP4_MOE", 39: "NVFP4", 40: "Q1_0", 41: "Q2_0",
 }
 
 # Bytes per element of the KV-cache types llama.cpp accepts (ggml block sizes).
@@ -48,6 +48,9 @@ class GGUFInfo:
     n_vocab: int
     has_chat_template: bool
     tensor_types: dict
+    # parameters held in each tensor type: the real mix of a rung, fallbacks included (a K or IQ
+    # type cannot hold a row whose width is not a multiple of 256, e.g. SmolLM2's 576)
+    tensor_type_params: dict = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -133,4 +136,12 @@ def read_info(path: str | os.PathLike) -> GGUFInfo:
         n_vocab=n_vocab,
         has_chat_template="tokenizer.chat_template" in reader.fields,
         tensor_types=dict(sorted(Counter(gguf.GGMLQuantizationType(t.tensor_type).name for t in tensors).items())),
+        tensor_type_params=_params_by_type(gguf, tensors),
     )
+
+
+def _params_by_type(gguf, tensors) -> dict:
+    out: Counter = Counter()
+    for t in tensors:
+        out[gguf.GGMLQuantizationType(t.tensor_type).name] += int(t.n_elements)
+    return dict(sorted(out.items()))

@@ -85,6 +85,12 @@ class Point:
             "tensor_types": info.get("tensor_types"),
             "quantize_method": self.model_record.get("method"),
             "reference_derived_from": self.model_record.get("reference_derived_from"),
+            # how the rung was made: its recipe (per-tensor types), its importance matrix (file sha,
+            # calibration corpus + sha, settings, llama-imatrix's build) or none
+            "tensor_type_params": info.get("tensor_type_params"),
+            "recipe": self.model_record.get("recipe"),
+            "recipe_name": self.model_record.get("recipe_name"),
+            "imatrix": self.model_record.get("imatrix"),
         }
 
     def manifest(self, *, data: dict | None = None, engine: dict | None = None, card_identity: dict | None = None) -> dict:
@@ -110,6 +116,9 @@ class Point:
         man = self.manifest(data=data, engine=engine)
         doc = {"benchmark": self.benchmark, "status": st, "status_reason": reason,
                "incomplete": incomplete, "rows": rows, "manifest": man, **(extra or {})}
+        from .anchors import summary as anchor_summary
+
+        man["anchor"] = anchor_summary(self.anchor)  # what the figures were anchored against
         write_json(Path(path).with_name("manifest.json"), man)
         write_json(path, doc)
         return doc

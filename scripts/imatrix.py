@@ -1,0 +1,38 @@
+"""Rule imatrix: an importance matrix of the family's reference rung over a calibration corpus."""
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
+
+from quantladder import imatrix, llama_tools  # noqa: E402
+from quantladder.errors import ConfigError  # noqa: E402
+from quantladder.io import read_json, sha256_file, write_json  # noqa: E402
+from quantladder.scriptutil import main  # noqa: E402
+
+
+def run(smk):
+    settings = imatrix.resolve_settings(json.loads(smk.params.settings))
+    expected = imatrix.file_name(smk.wildcards.corpus, settings)
+    if Path(smk.output.imatrix).name != expected:
+        raise ConfigError(f"{smk.output.imatrix}: quantize.imatrix_settings make {expected}; "
+                          "ask for the matrix of the configured settings")
+    tools = llama_tools.load(smk.input.tools)
+    ref = read_json(smk.input.info)
+    res = imatrix.compute(llama_tools.tool(tools, "llama-imatrix"), smk.input.gguf, smk.input.corpus,
+                          smk.output.imatrix, settings=settings, threads=smk.config.get("threads") or smk.threads,
+                          gpu_layers=smk.config.get("gpu_layers", 0), log=sys.stderr)
+    write_json(smk.output.info, {
+        **res,
+        "family": smk.wildcards.family,
+        "file": str(smk.output.imatrix),
+        "corpus": {"name": smk.wildcards.corpus, "path": str(smk.input.corpus), "sha256": sha256_file(smk.input.corpus),
+                   "source": smk.config["corpora"][smk.wildcards.corpus]},
+        "reference": {"rung": Path(smk.input.gguf).stem, "sha256": ref["sha256"]},
+        "tools": llama_tools.identity(tools, "llama-imatrix"),
+        "spec": smk.params.spec,
+    })
+
+
+main(run, snakemake)

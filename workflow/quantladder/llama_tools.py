@@ -1,0 +1,264 @@
+"""llama.cpp's own tools, built from the llama.cpp source that the installed llama-cpp-python vendors.
+
+llama-imatrix computes importance matrices; llama-quantize, llama-perplexity and llama-bench are
+the reference implementations the harness is checked against (byte-identical quantization, the
+perplexity and speed anchor gates). All four are compiled once per (llama-cpp-python version,
+backend, CMake flags) into a cache outside ``results/`` — ``$QUANTLADDER_TOOLS_DIR``, else
+``tools.cache_dir``, else ``~/.cache/quantladder/llama-tools`` (``$XDG_CACHE_HOME``) — so every
+working directory and checkout on a machine shares one build. The sdist is fetched with pip (seconds; the registry checks its hash) or taken from
+``$QUANTLADDER_LLAMA_CPP_SDIST`` on a machine without a registry.
+
+The backend is the installed library's: CUDA when its lib directory ships ``libggml-cuda``
+(architectures from ``$QUANTLADDER_CUDA_ARCHITECTURES``, as docs/gpu.md builds the library), else
+the CPU. Every build writes ``build.json`` with each binary's sha256; a point that a tool touches
+records that record (manifests), and a build whose binaries no longer match it is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import fcntl
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from .errors import ConfigError, QuantladderError
+from .io import hash_obj, sha256_file
+
+TOOLS = ("llama-imatrix", "llama-quantize", "llama-perplexity", "llama-bench")
+BUILDER_VERSION = "1"  # bump when the build recipe below changes what the binaries are
+
+# ggml backend libraries a llama-cpp-python wheel or source build ships, by backend name.
+_BACKEND_LIBS = (("cuda", "libggml-cuda"), ("rocm", "libggml-hip"), ("vulkan", "libggml-vulkan"),
+                 ("metal", "libggml-metal"), ("sycl", "libggml-sycl"))
+
+
+class ToolsError(QuantladderError):
+    pass
+
+
+def library_version() -> str:
+    try:
+        return importlib.metadata.version("llama_cpp_python")
+    except importlib.metadata.PackageNotFoundError as e:
+        raise ToolsError("llama-cpp-python is not installed: its vendored llama.cpp is what the tools are built from") from e
+
+
+def library_dir() -> Path | None:
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or not spec.origin:
+        return None
+    return Path(spec.origin).parent / "lib"
+
+
+def library_backend() -> str:
+    """The installed library's backend, from the files in its lib directory (no import: cheap
+    enough for DAG-build time)."""
+    d = library_dir()
+    names = [p.name for p in d.iterdir()] if d and d.is_dir() else []
+    for backend, prefix in _BACKEND_LIBS:
+        if any(n.startswith(prefix) for n in names):
+            return backend
+    return "cpu"
+
+
+def cmake_args(backend: str, extra: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """Static Release binaries of the four tools, nothing else (no curl, server, tests, examples)."""
+    args = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_CURL=OFF",
+            "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF"]
+    if backend == "cuda":
+        archs = os.environ.get("QUANTLADDER_CUDA_ARCHITECTURES", "native")
+        args += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={archs}"]
+    elif backend == "rocm":
+        args += ["-DGGML_HIP=ON"]
+    elif backend == "vulkan":
+        args += ["-DGGML_VULKAN=ON"]
+    elif backend == "metal":
+        args += ["-DGGML_METAL=ON"]
+    elif backend != "cpu":
+        raise ToolsError(f"no build recipe for the {backend} backend (tools.cmake_args can add the flags)")
+    return args + list(extra)
+
+
+def cache_root(configured: str | None = None) -> Path:
+    env = os.environ.get("QUANTLADDER_TOOLS_DIR")
+    if env:
+        return Path(env).expanduser()
+    if configured:
+        return Path(configured).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "quantladder" / "llama-tools"
+
+
+def build_key(version: str, backend: str, args: list[str]) -> str:
+    return f"{version}-{backend}-{hash_obj({'args': args, 'builder': BUILDER_VERSION})[:8]}"
+
+
+def _log(log, msg: str) -> None:
+    (log or sys.stderr).write(msg.rstrip("\n") + "\n")
+    (log or sys.stderr).flush()
+
+
+def _run(cmd: list[str], log, cwd=None) -> None:
+    _log(log, "$ " + " ".join(cmd))
+    r = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _log(log, r.stdout[-20000:])
+    if r.returncode != 0:
+        raise ToolsError(f"building llama.cpp's tools failed at `{' '.join(cmd[:3])} ...` (exit {r.returncode}):\n"
+                         f"{r.stdout[-3000:]}")
+
+
+def fetch_sdist(version: str, dest: Path, log=None) -> Path:
+    """The llama-cpp-python sdist of ``version`` (it vendors llama.cpp), fetched once."""
+    name = f"llama_cpp_python-{version}.tar.gz"
+    given = os.environ.get("QUANTLADDER_LLAMA_CPP_SDIST")
+    if given:
+        p = Path(given).expanduser()
+        if p.name != name or not p.is_file():
+            raise ToolsError(f"QUANTLADDER_LLAMA_CPP_SDIST={given}: expected an existing {name}")
+        return p
+    dest.mkdir(parents=True, exist_ok=True)
+    p = dest / name
+    if not p.is_file():
+        # pip prepares the sdist's metadata in an isolated env (scikit-build-core): seconds
+        _run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+              f"llama-cpp-python=={version}", "-d", str(dest)], log)
+    if not p.is_file():
+        raise ToolsError(f"pip did not leave {name} in {dest}")
+    return p
+
+
+def _record_path(root: Path, key: str) -> Path:
+    return root / key / "build.json"
+
+
+def verify(record: dict) -> dict:
+    """The record with its binaries checked against their recorded sha256 (a rebuilt or edited
+    binary is refused: the manifests that name it would lie)."""
+    for name in TOOLS:
+        entry = record.get("tools", {}).get(name)
+        if not entry:
+            raise ToolsError(f"{record.get('record')}: no {name} in this build")
+        p = Path(entry["path"])
+        if not p.is_file():
+            raise ToolsError(f"{p}: missing (the llama.cpp tools cache was removed: run the llama_tools rule again, "
+                             "e.g. `snakemake -R llama_tools`)")
+        if sha256_file(p) != entry["sha256"]:
+            raise ToolsError(f"{p}: sha256 differs from {record.get('record')} (rebuilt by hand?); delete "
+                             f"{p.parent.parent} to build it again")
+    return record
+
+
+def find(configured_dir: str | None = None, extra_args: tuple[str, ...] = ()) -> dict | None:
+    """The finished, verified build for the installed library, or None."""
+    version, backend = library_version(), library_backend()
+    root = cache_root(configured_dir)
+    rec = _record_path(root, build_key(version, backend, cmake_args(backend, extra_args)))
+    if not rec.is_file():
+        return None
+    try:
+        return verify(json.loads(rec.read_text()))
+    except (ToolsError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # a second builder (another job, another test run) waits here
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def ensure(configured_dir: str | None = None, extra_args: tuple[str, ...] = (), jobs: int = 0, log=None) -> dict:
+    """Build the tools unless a verified build exists; return its record. Minutes on 2 cores, once."""
+    version, backend = library_version(), library_backend()
+    args = cmake_args(backend, extra_args)
+    root = cache_root(configured_dir)
+    key = build_key(version, backend, args)
+    rec_path = _record_path(root, key)
+    with _locked(root / f"{key}.lock"):
+        if rec_path.is_file():
+            try:
+                return verify(json.loads(rec_path.read_text()))
+            except (ToolsError, ValueError) as e:
+                _log(log, f"rebuilding: {e}")
+        if not shutil.which("cmake"):
+            raise ToolsError("cmake is not installed (.ci/system-packages.txt lists it; "
+                             "bash .ci/install-system-packages.sh)")
+        sdist = fetch_sdist(version, root / "sdist", log)
+        out = root / key
+        shutil.rmtree(out, ignore_errors=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+        try:
+            with tarfile.open(sdist) as tar:
+                members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name]
+                tar.extractall(work, members=members, filter="data")
+            src = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
+            gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+            _run(["cmake", "-S", str(src), "-B", str(work / "build"), *gen, *args], log)
+            _run(["cmake", "--build", str(work / "build"), "-j", str(jobs or os.cpu_count() or 1),
+                  "--target", *TOOLS], log)
+            (out / "bin").mkdir(parents=True)
+            tools = {}
+            for name in TOOLS:
+                built = work / "build" / "bin" / name
+                if not built.is_file():
+                    raise ToolsError(f"the build finished without {built}")
+                dst = out / "bin" / name
+                shutil.copy2(built, dst)
+                tools[name] = {"path": str(dst), "sha256": sha256_file(dst)}
+            record = {
+                "record": str(rec_path), "llama_cpp_python": version, "backend": backend, "cmake_args": args,
+                "sdist": {"file": sdist.name, "sha256": sha256_file(sdist)},
+                "source": "vendor/llama.cpp of the llama-cpp-python sdist", "builder_version": BUILDER_VERSION,
+                "tools": tools, "built_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            }
+            tmp = rec_path.with_suffix(".json.partial")
+            tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
+            os.replace(tmp, rec_path)
+            return record
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def load(record_path: str | os.PathLike) -> dict:
+    """Read a tools record (the llama_tools rule's output) and verify its binaries."""
+    p = Path(record_path)
+    try:
+        record = json.loads(p.read_text())
+    except FileNotFoundError as e:
+        raise ToolsError(f"{p}: no llama.cpp tools record (the llama_tools rule writes it)") from e
+    except ValueError as e:
+        raise ConfigError(f"{p}: not a tools record: {e}") from e
+    return verify(record)
+
+
+def tool(record: dict, name: str) -> str:
+    if name not in TOOLS:
+        raise ToolsError(f"unknown tool {name!r}; built: {', '.join(TOOLS)}")
+    return record["tools"][name]["path"]
+
+
+def identity(record: dict, *names: str) -> dict:
+    """What a manifest records of the tools a point used: version, backend, flags, binaries' sha256."""
+    names = names or TOOLS
+    return {"llama_cpp_python": record["llama_cpp_python"], "backend": record["backend"],
+            "cmake_args": record["cmake_args"], "sdist_sha256": record["sdist"]["sha256"],
+            "binaries": {n: record["tools"][n]["sha256"] for n in names}}
+
+
+if __name__ == "__main__":  # `python -m quantladder.llama_tools`: build (or find) and print the bin dir
+    r = ensure()
+    print(Path(tool(r, "llama-bench")).parent)
