@@ -470,3 +470,31 @@ def test_sequential_test_rejects_bad_input():
     with pytest.raises(ValueError, match="percentage points"):
         stats.SequentialPairedTest(margin=0.0)
     assert t.decide().state == "continue" and t.decide().e_loss == pytest.approx(1.0)
+
+
+# ------------------------------------------------------------------ on the real model's per-token arrays
+
+def test_token_delta_on_a_real_perplexity_pass(smollm_f16, smollm_q2k):
+    """Q2_K against the F16 reference on the embedded model, from the perplexity pass's own per-token NLL
+    (4 chunks of 63 scored tokens, identical tokens on both): the chunk-level mean difference is
+    ln PPL(Q2_K) − ln PPL(F16) as the pass reports them, and its error is the spread of chunk means."""
+    from quantladder.corpora import pydoc_topics_text
+    from quantladder.engine import RawContext
+    from quantladder.measures import perplexity as PPL
+
+    proto = PPL.Protocol(n_ctx=128, n_batch=512, max_chunks=4)
+    text = pydoc_topics_text()[:30000]
+    out = {}
+    for name, path in (("F16", smollm_f16), ("Q2_K", smollm_q2k)):
+        with RawContext(str(path), n_ctx=proto.n_seq * proto.n_ctx, n_batch=proto.n_seq * proto.n_ctx,
+                        n_seq_max=proto.n_seq, kv="f16", n_threads=2) as c:
+            res = PPL.run(c, text, proto)
+        out[name] = (res["nll"], PPL.summarize(res))
+    rows = proto.rows_per_chunk
+    t = stats.token_delta(out["Q2_K"][0], out["F16"][0], rows)
+    assert t.n_chunks == 4 and t.n_tokens == 4 * rows
+    assert t.estimate == pytest.approx(math.log(out["Q2_K"][1]["ppl"] / out["F16"][1]["ppl"]), rel=1e-9)
+    assert t.estimate > 0 and t.ci_low > 0  # Q2_K loses, and the chunks agree that it does
+    means = np.add.reduceat(out["Q2_K"][0] - out["F16"][0], np.arange(0, 4 * rows, rows)) / rows
+    assert t.stderr == pytest.approx(means.std(ddof=1) / math.sqrt(4), rel=1e-9)
+    assert stats.ppl_ratio(t)["ppl_ratio"] == pytest.approx(out["Q2_K"][1]["ppl"] / out["F16"][1]["ppl"])
