@@ -310,7 +310,7 @@ def test_connor_sample_size_gives_its_power_to_the_asymptotic_test(loss, psi):
     """Connor's n, checked by enumerating the asymptotic McNemar test's power at that n (the test his
     formula approximates): within 3 points of the target (the test's discreteness moves it by ~2)."""
     n = stats.connor_items(loss, psi, alpha=0.05, power=0.8)
-    pl, pg = (psi + loss) / 2, (psi - loss) / 2
+    pl = (psi + loss) / 2  # a discordant item is a loss with probability pl / psi
     m = np.arange(n + 1)
     pm = sps.binom.pmf(m, n, psi)
     pw = 0.0
