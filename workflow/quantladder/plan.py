@@ -67,8 +67,13 @@ def _pick_card(df: pd.DataFrame, card: str | None) -> tuple[str, pd.DataFrame]:
 
 def _flip_counts(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (family, kv, benchmark, rung): n, losses, gains, from the whole-benchmark flip rows."""
-    # Reference-rung rows are the KV axis (reference at q8_0 KV against the reference at f16): kept.
     f = df[df["metric"].isin(FLIPS) & df["subset"].isna() & df["value"].notna()]
+    # A reference-rung row at another KV type is the KV axis (reference at q8_0 against the reference at
+    # the family's first KV type, f16 preferred): kept. At that first KV type it would be the reference
+    # against itself (an older aggregate wrote such rows): not a comparison.
+    ref = f["is_reference"].astype(bool)
+    base_kv = {fam: sorted(set(g["kv"]), key=lambda k: (k != "f16", k))[0] for fam, g in f[ref].groupby("family")}
+    f = f[~(ref & (f["kv"] == f["family"].map(base_kv)))]
     if f.empty:
         return pd.DataFrame(columns=["family", "kv", "benchmark", "rung", "n", "n_loss", "n_gain"])
     piv = f.pivot_table(index=["family", "kv", "benchmark", "rung"], columns="metric", values="value", aggfunc="first")
