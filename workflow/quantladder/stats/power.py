@@ -113,11 +113,11 @@ def items_needed(loss: float, discordance: float, *, alpha: float = 0.05, power:
     pi = (psi + loss) / (2 * psi)
     top = max(2 * n0 + 50, 64)
     r = _reject_given_m(top, pi, alpha)
-    # The exact test is conservative, so its n is rarely far below Connor's; start 20 % below and
-    # step further down while the start itself already has the power.
-    start = max(1, int(0.8 * n0))
+    # The exact test is conservative, so its n is rarely below Connor's; start 5 % below and step
+    # further down while the start itself already has the power.
+    start = max(1, int(0.95 * n0))
     while start > 1 and _power_at(start, psi, r) >= power:
-        start = max(1, start // 2)
+        start = max(1, int(0.8 * start))
     for n in range(start, top + 1):
         if _power_at(n, psi, r) >= power:
             return n, "exact"
