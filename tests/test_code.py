@@ -189,41 +189,9 @@ def test_config_sections_match_their_schemas():
 
 # -- sandboxed scoring ------------------------------------------------------------------------
 
-def test_humaneval_canonical_solutions_all_pass_empty_bodies_all_fail():
-    items = data.load_humaneval()
-    assert len(items) == 164
-    canon = [{"item_id": i.item_id, "code": i.prompt + i.extra["canonical_solution"]} for i in items]
-    v = score.score_generations(items, canon, FAST, threads=2)
-    assert [x["item_id"] for x in v if not x["correct"]] == []
-    empty = [{"item_id": i.item_id, "code": ""} for i in items]
-    v = score.score_generations(items, empty, FAST, threads=2)
-    assert not any(x["correct"] for x in v)
-    assert set(x["error_type"] for x in v) <= {"test_failure", "runtime_error"}
-
-
-def test_bigcodebench_fixture_scores_in_the_sandbox():
-    items = data.load_bigcodebench_hard({"path": str(BCB_FIXTURE)}, splits=["instruct", "complete"])
-    # Replies as a chat model writes them: the whole script, imports included.
-    canon = [{"item_id": i.item_id, "code": i.prefix + i.extra["canonical_solution"]} for i in items]
-    v = score.score_generations(items, canon, FAST, threads=2)
-    assert all(x["correct"] for x in v), [x for x in v if not x["correct"]]
-    wrong = [{"item_id": i.item_id, "code": i.prefix + "    return 0\n"} for i in items]
-    v = score.score_generations(items, wrong, FAST, threads=2)
-    assert not any(x["correct"] for x in v)
-    assert Counter(x["error_type"] for x in v)["test_failure"] >= 4
-    syntax = [{"item_id": items[0].item_id, "code": "def task_func(text:\n    return 1\n"}]
-    assert score.score_generations(items, syntax, FAST)[0]["error_type"] in ("syntax", "test_failure")
-    rows = score.metric_rows(v)
-    overall = [r for r in rows if r["metric"] == "pass_at_1" and r["subset"] is None][0]
-    assert overall["value"] == 0.0 and overall["n"] == 6 and overall["unit"] == "%"
-    assert {r["subset"] for r in rows} == {None, "instruct", "complete"}
-
-
-def test_syntax_errors_are_labelled():
-    items = data.load_humaneval(limit=1)
-    r = score.run_program("def f(:\n", "script", FAST)
-    assert r == {**r, "passed": False, "error_type": "syntax"}
-    assert items
+# HumanEval's canonical solutions, the BigCodeBench fixture, syntax errors and the scoring venv are
+# scored in tests/test_code_scoring.py (the harness's protocol), forging programs in
+# tests/test_sandbox_forgery.py.
 
 
 def test_scoring_refuses_without_a_sandbox(tmp_path, monkeypatch):
@@ -248,28 +216,3 @@ def test_scoring_refuses_without_a_sandbox(tmp_path, monkeypatch):
         score_point.run(smk, REPO)
     assert not (tmp_path / "verdicts.jsonl").exists()
     shutil.rmtree(tmp_path, ignore_errors=True)
-
-
-def test_scoring_environment_interpreter_is_a_venv(tmp_path):
-    """BigCodeBench's tests run with the scoring environment's interpreter (a venv built from
-    envs/bigcodebench-eval.txt): its site-packages are visible in the sandbox, nothing else is."""
-    import subprocess
-    import sys
-    import sysconfig
-
-    venv = tmp_path / "bcb-env"
-    base = getattr(sys, "_base_executable", sys.executable)
-    subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True)
-    site = venv / Path(sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)})).relative_to(venv)
-    site.mkdir(parents=True, exist_ok=True)
-    (site / "qlprobe_lib.py").write_text("ANSWER = 42\n")
-    items = data.load_bigcodebench_hard({"path": str(BCB_FIXTURE)}, splits=["complete"], limit=1)
-    it = items[0]
-    code = it.prefix + "    import qlprobe_lib\n    assert qlprobe_lib.ANSWER == 42\n" + it.extra["canonical_solution"]
-    settings = score.ScoreSettings(python=str(venv / "bin" / "python"), limits=sandbox.Limits(wall_s=10))
-    v = score.score_generations(items, [{"item_id": it.item_id, "code": code}], settings)
-    assert v[0]["correct"], v
-    # The host's own venv (this project's site-packages) is not what the sandbox sees.
-    probe = it.prefix + "    import quantladder\n" + it.extra["canonical_solution"]
-    v = score.score_generations(items, [{"item_id": it.item_id, "code": probe}], settings)
-    assert not v[0]["correct"] and "ModuleNotFoundError" in v[0]["detail"]

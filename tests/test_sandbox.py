@@ -54,7 +54,8 @@ def _no_stray_processes(timeout: float = 3.0) -> list[int]:
 
 @pytest.fixture(scope="module")
 def py():
-    return sandbox.host_python()
+    interp = sandbox.host_python()
+    return interp.exe, list(interp.ro_binds)
 
 
 @pytest.fixture(scope="module")
@@ -265,7 +266,7 @@ def test_hostile_program_is_contained(name, secrets_planted):
     _, program = score.program_for(item, code)
     t0 = time.perf_counter()
     try:
-        r = score.run_program(program, item.mode, settings)
+        r = score.run_program(program, settings)
     finally:
         stop.set()
         srv.close()
@@ -296,14 +297,23 @@ def test_secret_never_in_captured_output(py, secrets_planted):
 
 def test_unprivileged_caller_uses_a_user_namespace_and_still_caps_forks():
     """The other path: an ordinary user (a developer's laptop, a cluster job) runs bwrap with a user
-    namespace; the fork cap still holds. Run here by dropping this (root) test to uid 65534."""
+    namespace; the fork cap still holds and no nested user namespace can be made (bwrap's
+    --disable-userns where it has it, and the seccomp filter). Run here by dropping this (root) test to
+    uid 65534."""
     if os.geteuid() != 0:
         pytest.skip("exercised directly when the suite runs unprivileged")
     if not os.path.exists("/usr/bin/python3"):
         pytest.skip("needs the system python3 (the test interpreter is not readable by uid 65534)")
+    import tempfile
+
+    import pyseccomp
+
+    lib = Path(tempfile.mkdtemp(dir="/tmp"))  # the system python3 lacks pyseccomp: the same pure-Python
+    shutil.copy(pyseccomp.__file__, lib / "pyseccomp.py")  # module, where uid 65534 can read it
+    os.chmod(lib, 0o755)
     script = (
         "import os, sys\n"
-        f"sys.path.insert(0, {str(REPO / 'workflow')!r})\n"
+        f"sys.path[:0] = [{str(REPO / 'workflow')!r}, {str(lib)!r}]\n"
         "from quantladder import sandbox\n"
         "from quantladder.sandbox import Limits, run_sandboxed\n"
         "print('desc', sandbox.check_backend())\n"
@@ -311,17 +321,21 @@ def test_unprivileged_caller_uses_a_user_namespace_and_still_caps_forks():
         "        '            time.sleep(20); os._exit(0)\\n        n += 1\\nexcept OSError as e:\\n'\n"
         "        '    print(\"forks\", n, e.errno, os.getuid())\\n')\n"
         "r = run_sandboxed(['/usr/bin/python3', '-I', '-S', 'm.py'], {'m.py': prog}, Limits(nproc=16, wall_s=10))\n"
-        "print(r.kind, r.stdout.strip())\n")
+        "print(r.kind, r.stdout.strip())\n"
+        "r = run_sandboxed(['/bin/sh', '-c', 'unshare -Urm sh -c \"echo inside\" 2>&1; echo rc=$?'], {})\n"
+        "print(r.stdout.strip().splitlines()[-1])\n")
     import subprocess
 
     out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
                           "/usr/bin/python3", "-"], input=script, capture_output=True, text=True, timeout=60,
                          cwd="/tmp")
+    shutil.rmtree(lib)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert "user namespace" in lines[0]
+    assert "user namespace" in lines[0] and "seccomp" in lines[0]
     kind, word, n, err, uid = lines[1].split()
     assert kind == "ok" and word == "forks" and int(n) < 16 and int(err) == 11 and int(uid) == 65534
+    assert lines[2] != "rc=0" and "inside" not in out.stdout
 
 
 def test_apptainer_command_isolates_like_bubblewrap(tmp_path):

@@ -50,6 +50,7 @@ install one.
 from __future__ import annotations
 
 import errno
+import glob
 import itertools
 import os
 import re
@@ -58,9 +59,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Mapping, Sequence
 
@@ -197,15 +199,25 @@ def check_backend(backend: str = "bubblewrap") -> str:
         if not (arg or os.environ.get("QUANTLADDER_APPTAINER_IMAGE")):
             raise SandboxUnavailable("the apptainer backend needs an image: backend "
                                      "'apptainer:/path/image.sif' or $QUANTLADDER_APPTAINER_IMAGE")
-    res = _run(["/bin/sh", "-c", "echo sandbox-ok"], {}, Limits(wall_s=30), backend, (), probe=True)
+    if name == "bubblewrap":
+        seccomp_filter()  # raises SandboxUnavailable with install instructions when it cannot be built
+    # The probe also asserts that a nested user namespace is refused inside (bwrap's own
+    # --assert-userns-disabled covers only the unprivileged path).
+    probe = ("echo sandbox-ok; if [ -x /usr/bin/unshare ]; then /usr/bin/unshare -U /bin/true 2>/dev/null "
+             "&& echo userns-allowed; fi; exit 0")
+    res = _run(["/bin/sh", "-c", probe], {}, Limits(wall_s=30), backend, (), probe=True)
     if res.kind != "ok" or "sandbox-ok" not in res.stdout:
         raise SandboxUnavailable(
             f"the {name} sandbox does not start on this host ({exe}): "
             f"rc={res.returncode} {res.stderr.strip()[:500]!r}; " + INSTALL_HELP)
+    if name == "bubblewrap" and "userns-allowed" in res.stdout:
+        raise SandboxUnavailable(f"the {name} sandbox ({exe}) lets a program create a user namespace; "
+                                 "the seccomp filter did not load (bwrap --seccomp)")
     desc = f"{name} ({exe}; {'root: setpriv to a private uid' if os.geteuid() == 0 else 'user namespace'}"
     if name == "bubblewrap":
         cg = memory_cgroup_root()
-        desc += f"; memory cap: {'cgroup ' + cg[0] if cg else 'none, RLIMIT_AS per process only'})"
+        desc += (f"; memory cap: {'cgroup ' + cg[0] if cg else 'none, RLIMIT_AS per process only'}"
+                 "; seccomp: no nested user namespaces, no ptrace)")
     else:
         desc += ")"
     with _probe_lock:
@@ -213,27 +225,50 @@ def check_backend(backend: str = "bubblewrap") -> str:
     return desc
 
 
-def host_python(python: str | None = None) -> tuple[str, list[str]]:
-    """An interpreter to run inside the sandbox, and the read-only binds it needs.
+@dataclass(frozen=True)
+class Interpreter:
+    """A Python to run inside the sandbox: its executable, the host paths it needs bound read-only,
+    and the paths under those binds (or under the system dirs) that it must not see (site dirs)."""
 
-    ``python`` may be a virtual environment's interpreter (e.g. the BigCodeBench scoring env built
-    from envs/bigcodebench-eval.txt); default: the base interpreter of the running Python (its
-    standard library only, so none of this project's site-packages is visible). Only those
-    installation trees are bound, never their parents.
+    exe: str
+    ro_binds: tuple[str, ...] = ()
+    hidden: tuple[str, ...] = ()
+
+
+def host_python(python: str | None = None) -> Interpreter:
+    """An interpreter to run inside the sandbox, and what of the host it sees.
+
+    Default (``python=None``): the base interpreter of the running Python with its standard library
+    only: the executable, its shared libpython and the stdlib directory are bound, and every
+    site-packages / dist-packages directory of the base and of the system Pythons is hidden (an
+    empty read-only directory in its place), so no installed package, and no data shipped in one,
+    is visible. ``python`` may be a virtual environment's interpreter (e.g. the BigCodeBench scoring
+    env built from envs/bigcodebench-eval.txt): the venv and its base are bound, the base's site
+    directories hidden unless the venv includes them.
     """
-    binds: list[str] = []
     if python is None:
-        exe = getattr(sys, "_base_executable", None) or sys.executable
-        prefix = Path(sys.base_prefix)
-        binds.append(str(prefix.resolve()))
-        exe_path = Path(exe)
-        if not exe_path.is_absolute() or not exe_path.exists():
-            exe_path = prefix / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
-        return str(exe_path), [b for b in binds if not _under_system(b)]
+        exe = Path(getattr(sys, "_base_executable", None) or sys.executable)
+        if not exe.is_absolute() or not exe.exists():
+            exe = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+        exe = exe.resolve()
+        binds = [str(exe)]
+        stdlib = {sysconfig.get_paths(vars={"installed_base": sys.base_prefix, "base": sys.base_prefix,
+                                            "installed_platbase": sys.base_exec_prefix,
+                                            "platbase": sys.base_exec_prefix})[k] for k in ("stdlib", "platstdlib")}
+        binds += [str(Path(d).resolve()) for d in sorted(stdlib) if Path(d).is_dir()]
+        if sysconfig.get_config_var("Py_ENABLE_SHARED"):
+            lib = Path(sysconfig.get_config_var("LIBDIR") or "") / (sysconfig.get_config_var("INSTSONAME") or "")
+            if lib.is_file():
+                binds.append(f"{lib.resolve()}:{lib}")
+        binds = [b for b in dict.fromkeys(binds) if not _under_system(b.split(":")[0])]
+        return Interpreter(str(exe), tuple(binds), _site_dirs([sys.base_prefix, sys.base_exec_prefix]))
     p = Path(python).absolute()
     if not p.exists():
         raise SandboxUnavailable(f"sandbox interpreter {python!r} does not exist (build the scoring "
                                  "environment first, see envs/)")
+    binds: list[str] = []
+    bases: list[str] = []
+    keep_base_site = False
     venv = p.parent.parent
     if (venv / "pyvenv.cfg").exists():
         binds.append(str(venv))
@@ -242,15 +277,34 @@ def host_python(python: str | None = None) -> tuple[str, list[str]]:
             k, _, v = line.partition("=")
             if k.strip() == "home":
                 home = v.strip()
+            elif k.strip() == "include-system-site-packages":
+                keep_base_site = v.strip().lower() == "true"
         if home:
             binds.append(str(Path(home).resolve().parent))
+            bases.append(str(Path(home).resolve().parent))
     real = p.resolve()
     binds.append(str(real.parent.parent))
+    bases.append(str(real.parent.parent))
     out: list[str] = []
     for b in binds:
         if not _under_system(b) and b not in out:
             out.append(b)
-    return str(p), out
+    hidden = () if keep_base_site else tuple(d for d in _site_dirs(bases) if not d.startswith(str(venv) + "/"))
+    return Interpreter(str(p), tuple(out), hidden)
+
+
+def _site_dirs(prefixes: Sequence[str]) -> tuple[str, ...]:
+    """The site-packages / dist-packages directories of these prefixes and of the system Pythons."""
+    pats = [f"{pre}/{lib}/python3*/{kind}" for pre in dict.fromkeys(prefixes) for lib in ("lib", "lib64")
+            for kind in ("site-packages", "dist-packages")]
+    pats += ["/usr/lib/python3/dist-packages", "/usr/lib/python3*/*-packages",
+             "/usr/local/lib/python3*/*-packages", "/usr/lib64/python3*/*-packages"]
+    found: list[str] = []
+    for pat in pats:
+        for d in sorted(glob.glob(pat)):
+            if os.path.isdir(d) and not os.path.islink(d) and d not in found:
+                found.append(d)
+    return tuple(found)
 
 
 def _under_system(path: str) -> bool:
@@ -370,19 +424,23 @@ def _remove_cgroup(d: str) -> None:
 
 
 def run_sandboxed(argv: list[str], files: Mapping[str, bytes | str], limits: Limits = Limits(),
-                  backend: str = "bubblewrap", extra_ro_binds: Sequence[str] = ()) -> SandboxResult:
+                  backend: str = "bubblewrap", extra_ro_binds: Sequence[str] = (), hidden: Sequence[str] = (),
+                  as_init: bool = False) -> SandboxResult:
     """Run ``argv`` in a fresh sandbox whose cwd (/work) holds ``files``; never raises for what
     the program does, only SandboxUnavailable when no sandbox can be made.
 
     ``files`` maps relative paths (subdirectories allowed) to contents. ``extra_ro_binds`` are host
     paths made visible read-only at the same path ("src:dest" binds elsewhere), e.g. an interpreter
-    installation (see :func:`host_python`).
+    installation; ``hidden`` are paths (under those binds or the system dirs) replaced by an empty
+    read-only directory (see :func:`host_python`). ``as_init``: the command itself is pid 1 of the
+    sandbox's pid namespace, so that no signal from its descendants reaches it (the code harness).
     """
     check_backend(backend)
-    return _run(argv, files, limits, backend, extra_ro_binds)
+    return _run(argv, files, limits, backend, extra_ro_binds, hidden=hidden, as_init=as_init)
 
 
-def _run(argv, files, limits: Limits, backend: str, extra_ro_binds, probe: bool = False) -> SandboxResult:
+def _run(argv, files, limits: Limits, backend: str, extra_ro_binds, probe: bool = False, hidden=(),
+         as_init: bool = False) -> SandboxResult:
     if not argv:
         raise ValueError("run_sandboxed: argv is empty")
     name, arg = _parse_backend(backend)
@@ -391,14 +449,14 @@ def _run(argv, files, limits: Limits, backend: str, extra_ro_binds, probe: bool 
     cg = None
     try:
         if name == "bubblewrap":
-            cmd, pass_fds, uid = _bwrap_command(list(argv), files, limits, extra_ro_binds, fds)
+            cmd, pass_fds, uid = _bwrap_command(list(argv), files, limits, extra_ro_binds, fds, hidden, as_init)
             cg = _make_cgroup(uid, limits) if os.geteuid() == 0 else None
             if cg is not None:
                 # Join the cgroup before bwrap starts: every process of the sandbox is born in it.
                 cmd = ["/bin/sh", "-c", 'echo $$ > "$0" || exit 125; exec "$@"', f"{cg[1]}/cgroup.procs", *cmd]
         else:
             image = arg or os.environ.get("QUANTLADDER_APPTAINER_IMAGE")
-            cmd, pass_fds = _apptainer_command(list(argv), files, limits, extra_ro_binds, image, cleanup)
+            cmd, pass_fds = _apptainer_command(list(argv), files, limits, extra_ro_binds, image, cleanup, hidden)
         t0 = time.perf_counter()
         try:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -569,6 +627,53 @@ def _next_uid() -> int:
     return UID_BASE + ((os.getpid() & 0xFFFF) << 12) + (n & 0xFFF)
 
 
+# Syscalls the sandbox refuses (libseccomp, through pyseccomp; loaded by bwrap --seccomp):
+# - a new user namespace (unshare/clone with CLONE_NEWUSER; clone3, whose flags a filter cannot read,
+#   answers ENOSYS so that the C library falls back to clone): inside one a program could mount its own
+#   tmpfs and write past the disk limit, or remount what the sandbox made read-only. bwrap's
+#   --disable-userns does this only with a user namespace of its own (the unprivileged path); the filter
+#   holds on both paths;
+# - reading or writing another process's memory (ptrace, process_vm_readv/writev): the code harness's
+#   verdict process must stay out of reach of the program's process (same uid);
+# - kernel facilities a scored program never needs and that reach beyond the sandbox's namespaces
+#   (keyrings are per uid, not per namespace; bpf, perf events, userfaultfd, io_uring).
+CLONE_NEWUSER = 0x10000000
+_DENIED = ("ptrace", "process_vm_readv", "process_vm_writev", "keyctl", "add_key", "request_key", "bpf",
+           "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
+           "setns", "mount", "umount2", "pivot_root", "open_tree", "move_mount", "fsopen", "fsmount",
+           "fspick", "mount_setattr")
+_seccomp_bpf: list[bytes] = []
+
+
+def seccomp_filter() -> bytes:
+    """The sandbox's seccomp program (compiled BPF, as bwrap --seccomp reads it); built once."""
+    if _seccomp_bpf:
+        return _seccomp_bpf[0]
+    try:
+        import pyseccomp as sc
+    except (ImportError, OSError) as e:  # OSError/RuntimeError: libseccomp.so.2 not found
+        raise SandboxUnavailable(f"the seccomp filter cannot be built ({type(e).__name__}: {e}); install "
+                                 "libseccomp (`apt-get install libseccomp2`) and pyseccomp (pyproject.toml)") from e
+    except RuntimeError as e:
+        raise SandboxUnavailable(f"the seccomp filter cannot be built ({e}); `apt-get install libseccomp2`") from e
+    import tempfile
+
+    f = sc.SyscallFilter(sc.ALLOW)
+    for call in ("unshare", "clone"):
+        f.add_rule(sc.ERRNO(errno.EPERM), call, sc.Arg(0, sc.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
+    f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+    for call in _DENIED:
+        try:
+            f.add_rule(sc.ERRNO(errno.EPERM), call)
+        except (OSError, ValueError, RuntimeError):  # a syscall this libseccomp does not know
+            continue
+    with tempfile.TemporaryFile() as out:
+        f.export_bpf(out)
+        out.seek(0)
+        _seccomp_bpf.append(out.read())
+    return _seccomp_bpf[0]
+
+
 def _prlimit_argv(limits: Limits, prlimit: str = "/usr/bin/prlimit") -> list[str]:
     cpu = max(1, int(limits.cpu_s))
     return [prlimit, f"--as={int(limits.address_space_bytes)}", f"--cpu={cpu}:{cpu + 1}",
@@ -583,15 +688,42 @@ def _parse_bind(spec: str) -> tuple[str, str]:
     return src, dest
 
 
-def _bwrap_command(argv, files, limits: Limits, extra_ro_binds, fds: list[int]) -> tuple[list[str], list[int], int]:
+_bwrap_version: list[tuple[int, ...]] = []
+
+
+def bwrap_version() -> tuple[int, ...]:
+    """The installed bubblewrap's version (0.8 added --disable-userns); (0,) when it does not say."""
+    if not _bwrap_version:
+        try:
+            out = subprocess.run(["bwrap", "--version"], capture_output=True, text=True, timeout=10).stdout
+            m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", out)
+            _bwrap_version.append(tuple(int(x) for x in m.groups() if x is not None) if m else (0,))
+        except (OSError, subprocess.SubprocessError):
+            _bwrap_version.append((0,))
+    return _bwrap_version[0]
+
+
+def _bwrap_command(argv, files, limits: Limits, extra_ro_binds, fds: list[int], hidden=(),
+                   as_init: bool = False) -> tuple[list[str], list[int], int]:
     root = os.geteuid() == 0
     cmd = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net",
            "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
+    if as_init:
+        cmd.append("--as-pid-1")
     uid = gid = 65534
     if root:
         uid = gid = _next_uid()
     else:
+        # bwrap's own guard against nested user namespaces needs a user namespace of its own, which
+        # is the unprivileged path; as root the seccomp filter below is the guard (see seccomp_filter).
         cmd += ["--unshare-user", "--uid", str(uid), "--gid", str(gid)]
+        if bwrap_version() >= (0, 8):
+            cmd += ["--disable-userns", "--assert-userns-disabled"]
+    pass_fds: list[int] = []
+    fd = _memfd(seccomp_filter())
+    fds.append(fd)
+    pass_fds.append(fd)
+    cmd += ["--seccomp", str(fd)]
     for p in SYSTEM_RO:
         if os.path.islink(p):
             cmd += ["--symlink", os.readlink(p), p]
@@ -603,7 +735,8 @@ def _bwrap_command(argv, files, limits: Limits, extra_ro_binds, fds: list[int]) 
         if os.path.exists(p):
             cmd += _parents(p, made) + ["--ro-bind", p, p]
     # /dev/shm: POSIX semaphores (multiprocessing) live there; bounded like the other tmpfs.
-    cmd += ["--proc", "/proc", "--dev", "/dev",
+    # /proc is read-only: no process can write its own (or another's) memory through /proc/*/mem.
+    cmd += ["--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev",
             "--perms", "01777", "--size", str(int(limits.disk_bytes)), "--tmpfs", "/dev/shm",
             "--perms", "01777", "--size", str(int(limits.disk_bytes)), "--tmpfs", "/tmp",
             "--perms", "0777", "--size", str(int(limits.disk_bytes)), "--tmpfs", "/work"]
@@ -614,9 +747,11 @@ def _bwrap_command(argv, files, limits: Limits, extra_ro_binds, fds: list[int]) 
         if not os.path.exists(src):
             raise SandboxUnavailable(f"sandbox bind {src!r} does not exist")
         cmd += _parents(dest, made) + ["--ro-bind", src, dest]
+    for path in hidden:  # after the binds that hold them: an empty read-only directory in their place
+        if os.path.isdir(path):
+            cmd += ["--perms", "0555", "--size", "4096", "--tmpfs", path, "--remount-ro", path]
     passwd = f"root:x:0:0::/:/usr/sbin/nologin\nsandbox:x:{uid}:{gid}:sandbox:/tmp:/usr/sbin/nologin\n"
     group = f"root:x:0:\nsandbox:x:{gid}:\n"
-    pass_fds: list[int] = []
     for dest, data in (("/etc/passwd", passwd.encode()), ("/etc/group", group.encode())):
         fd = _memfd(data)
         fds.append(fd)
@@ -660,7 +795,7 @@ def _parents(dest: str, made: set[str]) -> list[str]:
 
 
 def _apptainer_command(argv, files, limits: Limits, extra_ro_binds, image: str | None,
-                       cleanup: list[str]) -> tuple[list[str], list[int]]:
+                       cleanup: list[str], hidden=()) -> tuple[list[str], list[int]]:
     """Apptainer: the image is the read-only system; the work dir is a host temp dir copied in.
 
     Files are passed through a private host temp dir (bound as /work, removed after the run);
@@ -684,6 +819,11 @@ def _apptainer_command(argv, files, limits: Limits, extra_ro_binds, image: str |
     for spec in extra_ro_binds:
         src, dest = _parse_bind(spec)
         cmd += ["--bind", f"{src}:{dest}:ro"]
+    if hidden:
+        empty = tempfile.mkdtemp(prefix="ql-sandbox-empty-")
+        cleanup.append(empty)
+        for path in hidden:
+            cmd += ["--bind", f"{empty}:{path}:ro"]
     for k, v in SANDBOX_ENV.items():
         cmd += ["--env", f"{k}={v}"]
     cmd += [image] + _prlimit_argv(limits, prlimit="prlimit") + argv

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -33,17 +32,37 @@ PKG_DIR = "backend/bfcl_eval/eval_checker/multi_turn_eval/func_source_code"
 HERE = Path(__file__).resolve().parent
 
 
+# Where the mpmath package (the one import of BFCL's backends outside the standard library) appears
+# inside the sandbox, bound read-only by itself.
+SANDBOX_LIB = "/opt/quantladder/pylib"
+
+
 class SandboxExecutor:
-    """Replays calls against BFCL's backend classes inside ``quantladder.sandbox``."""
+    """Replays calls against BFCL's backend classes inside ``quantladder.sandbox``.
+
+    The sandbox sees only what the backends need: the standard library (the stdlib-only view of the
+    base interpreter, ``sandbox.host_python()``: no site-packages, so neither this project's venv nor
+    another benchmark's data, answers or solutions), BFCL's backend sources (copied in per run) and
+    mpmath, bound read-only by itself at ``SANDBOX_LIB``. With ``python`` (a scoring interpreter of the
+    site's own) that interpreter's environment is what the sandbox sees instead.
+    """
 
     def __init__(self, root: str | Path, *, backend: str = "bubblewrap", python: str | None = None,
                  wall_s: float = 30.0):
         self.backend = backend
-        if python is None and importlib.util.find_spec("mpmath") is not None:
-            # This interpreter has mpmath (BFCL's math backend needs it): use it in the sandbox, read-only,
-            # so MathAPI results are exactly BFCL's. Otherwise the base interpreter and a stand-in.
-            python = sys.executable
-        self.python, self.binds = qsandbox.host_python(python)
+        self.interp = qsandbox.host_python(python)
+        self.python = self.interp.exe
+        self.binds = list(self.interp.ro_binds)
+        self.pythonpath: list[str] = []
+        self.flags = ["-I"] if python else ["-I", "-S"]
+        spec = importlib.util.find_spec("mpmath") if python is None else None
+        self.mpmath = None
+        if spec is not None and spec.submodule_search_locations:
+            # BFCL's MathAPI uses mpmath: with the real package its results are exactly BFCL's
+            # (otherwise the stand-in, see mpmath_standin.py).
+            self.mpmath = str(Path(list(spec.submodule_search_locations)[0]).resolve())
+            self.binds.append(f"{self.mpmath}:{SANDBOX_LIB}/mpmath")
+            self.pythonpath.append(SANDBOX_LIB)
         self.limits = qsandbox.Limits(wall_s=wall_s, cpu_s=int(wall_s))
         self.base_files: dict[str, str] = {"runner.py": (HERE / "sandbox_runner.py").read_text(),
                                            "standin/mpmath.py": (HERE / "mpmath_standin.py").read_text()}
@@ -56,7 +75,7 @@ class SandboxExecutor:
 
     def describe(self) -> dict:
         return {"backend": qsandbox.check_backend(self.backend), "python": self.python,
-                "wall_s": self.limits.wall_s}
+                "mpmath": "bound read-only" if self.mpmath else "stand-in", "wall_s": self.limits.wall_s}
 
     def run(self, item: dict, turns: list[list[list[str]]]) -> dict:
         """Execute ``turns`` (turns of steps of call strings); results and end-of-turn states.
@@ -64,11 +83,11 @@ class SandboxExecutor:
         Only the item's involved classes, initial config and the given calls enter the sandbox.
         """
         job = {"involved_classes": item["involved_classes"], "initial_config": item.get("initial_config", {}),
-               "long_context": "long_context" in item["category"], "turns": turns}
+               "long_context": "long_context" in item["category"], "turns": turns, "pythonpath": self.pythonpath}
         files = dict(self.base_files)
         files["job.json"] = json.dumps(job)
-        res = qsandbox.run_sandboxed([self.python, "-I", "runner.py"], files, self.limits, backend=self.backend,
-                                     extra_ro_binds=self.binds)
+        res = qsandbox.run_sandboxed([self.python, *self.flags, "runner.py"], files, self.limits,
+                                     backend=self.backend, extra_ro_binds=self.binds, hidden=self.interp.hidden)
         self.runs += 1
         if res.kind != "ok":
             return {"error": f"sandbox {res.kind}: {res.stderr.strip()[-400:]}"}

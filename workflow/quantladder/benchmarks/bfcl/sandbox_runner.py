@@ -1,7 +1,7 @@
 """Runs INSIDE the sandbox (standard library only): replay function calls against BFCL's backend classes.
 
-Input ``job.json`` in the cwd: involved classes, their initial config, the long-context flag, and
-the calls as turns of steps (``[[["cd(folder='a')", ...], ...], ...]``). The backend sources sit under
+Input ``job.json`` in the cwd: involved classes, their initial config, the long-context flag, the
+directories to add to sys.path (where mpmath is bound), and the calls as turns of steps (``[[["cd(folder='a')", ...], ...], ...]``). The backend sources sit under
 ``backend/`` (written in by the host from the pinned BFCL data). Output on stdout, one JSON object:
 the result string of every call, and each instance's public state at the end of every turn.
 
@@ -60,6 +60,7 @@ def state_of(obj, _path=None):
 def main():
     job = json.load(open("job.json"))
     sys.path.insert(0, "backend")
+    sys.path.extend(job.get("pythonpath", []))  # mpmath, bound read-only by itself (see multiturn.py)
     try:
         import mpmath  # noqa: F401
     except ImportError:

