@@ -12,6 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from . import status
 from .io import atomic_path, read_json
 
 # (column, arrow type, unit or meaning). This table is the documented schema (README links it).
@@ -45,22 +46,38 @@ COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("card_name", pa.string(), "GPU or CPU model name"),
     ("data_hash", pa.string(), "hash of the benchmark data or corpus"),
     ("measured_at", pa.string(), "UTC time the point was measured (ISO 8601)"),
+    ("card_fingerprint", pa.string(), "hash of what makes the card output what it outputs (model + instruction "
+     "sets on a CPU; name + compute capability + backend on a GPU); one card key never mixes two"),
+    # The paired comparison with the family's reference rung on the same items / tokens (same card, KV
+    # type and settings), filled by the aggregate where the metric is paired (quantladder.metrics).
+    ("delta", pa.float64(), "rung − reference on the same items/tokens, in `unit` (points for a %)"),
+    ("delta_stderr", pa.float64(), "standard error of `delta`"),
+    ("delta_ci_low", pa.float64(), "lower end of the 95 % interval of `delta`"),
+    ("delta_ci_high", pa.float64(), "upper end of the 95 % interval of `delta`"),
+    ("delta_p", pa.float64(), "p-value of the exact paired test (McNemar / sign-flip) of `delta` = 0"),
+    ("delta_p_adjusted", pa.float64(), "`delta_p` corrected for the whole ladder (method in docs/statistics.md)"),
+    ("delta_mde", pa.float64(), "smallest loss detectable at 80 % power with these items, in `unit`"),
+    ("verdict", pa.string(), "loss | no loss detectable | gain | loss within noise: the paired verdict"),
+    ("verdict_text", pa.string(), "the verdict in words, with n, the interval and the detectable loss"),
 ]
 SCHEMA = pa.schema([pa.field(n, t) for n, t, _ in COLUMNS])
 
-STATUSES = ("ok", "unanchored", "blocked", "incomplete", "failed", "absent")
+STATUSES = status.ORDER
 
 
 def metric_row(metric: str, value, unit: str, *, stderr=None, n=None, subset=None, n_ctx=None,
-               higher_is_better: bool | None = None) -> dict:
-    """One metric row as benchmarks write it in their metrics.json."""
-    if value is not None and not isinstance(value, (int, float)):
-        raise TypeError(f"metric {metric}: value must be a number, got {type(value).__name__}")
-    if not unit:
-        raise ValueError(f"metric {metric}: a figure needs its unit (use '1' for a pure number)")
-    return {"metric": metric, "value": None if value is None else float(value), "unit": unit,
-            "stderr": None if stderr is None or (isinstance(stderr, float) and math.isnan(stderr)) else float(stderr),
-            "n": n, "subset": subset, "n_ctx": n_ctx, "higher_is_better": higher_is_better}
+               higher_is_better: bool | None = None, status: str | None = None,
+               status_reason: str | None = None) -> dict:
+    """One metric row as measures and benchmarks write it: checked against the metric registry
+    (an undeclared metric, another unit or another direction is an error)."""
+    from . import metrics
+
+    r = metrics.row(metric, value, unit=unit, stderr=stderr, n=n, subset=subset, n_ctx=n_ctx, status=status,
+                    status_reason=status_reason)
+    if higher_is_better is not None and higher_is_better != r["higher_is_better"]:
+        raise metrics.MetricError(f"metric {metric}: written as higher_is_better={higher_is_better}, declared "
+                                  f"{r['higher_is_better']}")
+    return r
 
 
 def rows_from_point(metrics_path: str | Path, manifest_path: str | Path | None = None) -> list[dict]:
@@ -81,7 +98,8 @@ def rows_from_point(metrics_path: str | Path, manifest_path: str | Path | None =
         "n_params": model.get("n_params"), "gguf_sha256": model.get("sha256"),
         "manifest_hash": man.get("spec_hash"), "harness_version": man.get("harness_version"),
         "llama_cpp_python": lib.get("llama_cpp_python"), "libllama_sha256": lib.get("libllama_sha256"),
-        "card_name": card.get("name"), "data_hash": (man.get("data") or {}).get("sha256"),
+        "card_name": card.get("name"), "card_fingerprint": card.get("fingerprint"),
+        "data_hash": (man.get("data") or {}).get("sha256"),
         "measured_at": man.get("created_at"),
     }
     rows = []
@@ -89,10 +107,9 @@ def rows_from_point(metrics_path: str | Path, manifest_path: str | Path | None =
         row = {c: None for c, _, _ in COLUMNS}
         row.update(base)
         row.update({k: r.get(k) for k in ("metric", "value", "unit", "stderr", "n", "subset", "n_ctx", "higher_is_better")})
-        if r.get("status") and r["status"] != "ok":  # a row can say more than its file (energy: absent)
+        if r.get("status") and status.rank(r["status"]) > status.rank(row["status"]):
+            # a row can say more than its file (energy on a CPU: absent)
             row["status"], row["status_reason"] = r["status"], r.get("status_reason")
-        if m.get("incomplete"):
-            row["status"] = "incomplete"
         rows.append(row)
     if not rows:  # a blocked benchmark still shows up, with its reason
         row = {c: None for c, _, _ in COLUMNS}

@@ -1,16 +1,9 @@
 """Read-side helpers over the Parquet dataset, shared by the report and the recommendation.
 
-Both read nothing but ``points.parquet``. A *point* is (card, family, rung, kv); its figures are
-the long-form rows of ``quantladder.dataset``. The conventions this module relies on:
-
-- memory rows (benchmark ``memory``): ``weights_bytes``, ``kv_bytes_predicted`` (one row per
-  ``n_ctx``), ``compute_buffer_bytes``, ``predicted_total_bytes``, ``peak_rss_bytes`` (or
-  ``peak_vram_bytes`` on a GPU);
-- speed rows: ``pp_tokens_per_s``, ``tg_tokens_per_s``; energy rows: ``joules_per_token``;
-- per-item generation hashes (cross-card view): metric ``generation_hash``, ``subset`` = item id,
-  ``value`` = the first 52 bits of the sha256 of the generated text (see ``generation_hash_value``);
-- degenerate-loop counts: metrics whose name starts with ``degenerate``;
-- flips vs the reference: ``flip_rate``, ``flips_right_to_wrong``, ``flips_wrong_to_right``.
+Both read nothing but ``points.parquet``. A *point* is (card, family, rung, kv); its figures are the
+long-form rows of ``quantladder.dataset``. What a metric means — its unit, direction, which rows stand
+for the whole set, whether it is a headline or a recommendation score — comes from the metric
+registry (``quantladder.metrics``), never from name lists kept here.
 """
 
 from __future__ import annotations
@@ -21,27 +14,28 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import metrics
+from . import status as qstatus
 from .dataset import COLUMNS
 from .errors import DataError
 
 POINT = ["card", "family", "rung", "kv"]
 COST_BENCHMARKS = ("memory", "speed", "energy")
-# Rows that are not figures to plot: per-item hashes and the placeholder row of a blocked benchmark.
-NOT_FIGURES = ("generation_hash", "status")
 # Figures the curves do not plot against bits per weight (it is the x axis itself).
 NOT_CURVES = ("bits_per_weight",)
-FLIP_METRICS = ("flip_rate", "flips_right_to_wrong", "flips_wrong_to_right")
-# Perplexity writes ~25 figures; these are the ones a reader compares rungs by.
-PERPLEXITY_HEADLINES = ("ppl", "kld_mean", "kld_p99_9", "same_top_token")
-# The one figure per task benchmark that the recommendation weights, in order of preference.
-TASK_HEADLINE_NAMES = ("accuracy", "pass_at_1", "pass@1", "score_avg", "score", "accuracy_items_run")
-# Relative to each family's own reference: comparable within a family, not across families.
-RELATIVE_SCORE = {"perplexity": "same_top_token", "kld": "same_top_token"}
-BAD_STATUSES = ("blocked", "failed")
-CAVEAT_STATUSES = ("unanchored", "incomplete")
-# From best to worst: the status a point shows when its rows differ.
-STATUSES_ORDER = ("ok", "unanchored", "incomplete", "failed", "blocked")
+BAD_STATUSES = qstatus.BAD
+CAVEAT_STATUSES = qstatus.CAVEAT
+STATUSES_ORDER = qstatus.ORDER
 HASH_BITS = 52  # a float64 holds integers up to 2**53 exactly
+
+
+def not_figures() -> set[str]:
+    """Rows that are not figures to plot: per-item rows and the placeholder row of a blocked benchmark."""
+    return metrics.per_item_metrics() | {"status"}
+
+
+def flip_metrics() -> list[str]:
+    return metrics.in_group("flips")
 
 
 def generation_hash_value(text: str) -> float:
@@ -67,20 +61,17 @@ def load(path: str | Path) -> pd.DataFrame:
 
 def figures(df: pd.DataFrame) -> pd.DataFrame:
     """Rows that carry a plottable figure."""
-    return df[~df["metric"].isin(NOT_FIGURES) & df["value"].notna()]
+    return df[~df["metric"].isin(not_figures()) & df["value"].notna()]
 
 
 def whole(rows: pd.DataFrame) -> pd.DataFrame:
-    """The rows that stand for a whole benchmark: per (point, benchmark, metric), the rows without a
-    subset, or — when a metric only ever has one subset (speed's ``tg128``, BFCL's ``items_run``) —
-    those. A metric split over many subsets with no whole row is left out."""
+    """The rows that stand for the whole set, as each metric's declaration says: the row without a
+    subset (``null``), the metric's one subset per point (``only``: llama-bench's ``tg128``, a memory
+    probe's name), or none (``none``: per-subset figures such as RULER's per-task score)."""
     if rows.empty:
         return rows
-    keys = POINT + ["benchmark", "metric"]
-    sub = rows["subset"]
-    has_null = sub.isna().groupby([rows[k] for k in keys], dropna=False).transform("any")
-    n_sub = sub.groupby([rows[k] for k in keys], dropna=False).transform("nunique")
-    return rows[sub.isna() | (~has_null & (n_sub == 1))]
+    kind = rows["metric"].map(metrics.whole_kind)
+    return rows[((kind == "null") & rows["subset"].isna()) | (kind == "only")]
 
 
 def point_key(row) -> tuple:
@@ -115,35 +106,28 @@ def pick_ctx(rows: pd.DataFrame, ctx: int | None) -> pd.Series | None:
 
 
 def headline_metrics(df: pd.DataFrame, benchmark: str) -> list[str]:
-    """The quality figures of a benchmark that Pareto fronts and summaries show."""
-    rows = whole(figures(df[df["benchmark"] == benchmark]))
-    names = list(dict.fromkeys(rows["metric"]))
-    if benchmark == "perplexity":
-        return [m for m in PERPLEXITY_HEADLINES if m in names]
-    out = []
-    for m in names:
-        if m in FLIP_METRICS or m.startswith("degenerate"):
-            continue
-        if (rows.loc[rows["metric"] == m, "higher_is_better"] == True).any():  # noqa: E712
-            out.append(m)
-    return out
+    """The quality figures of a benchmark that Pareto fronts and summaries show (the registry's
+    headlines of that benchmark that the dataset holds)."""
+    have = set(whole(figures(df[df["benchmark"] == benchmark]))["metric"])
+    return [m for m in metrics.headlines(benchmark) if m in have]
 
 
 def score_metric(df: pd.DataFrame, benchmark: str) -> str | None:
-    """The one figure of a benchmark that the recommendation weights (a % where higher is better)."""
-    if benchmark in RELATIVE_SCORE:
-        m = RELATIVE_SCORE[benchmark]
-        return m if (df["metric"] == m).any() else None
-    rows = whole(figures(df[df["benchmark"] == benchmark]))
-    good = rows[(rows["unit"] == "%") & (rows["higher_is_better"] == True)]  # noqa: E712
-    names = [m for m in dict.fromkeys(good["metric"]) if m not in FLIP_METRICS and not m.startswith("degenerate")]
-    for pref in TASK_HEADLINE_NAMES:
-        if pref in names:
-            return pref
-    return names[0] if names else None
+    """The one figure of a benchmark that the recommendation weighs (the registry's ``score_for``)."""
+    m = metrics.score_metric(benchmark)
+    if m is None:
+        return None
+    return m if ((df["benchmark"] == benchmark) & (df["metric"] == m) & df["value"].notna()).any() else None
+
+
+def relative_score(benchmark: str) -> bool:
+    """A score relative to each family's own reference (perplexity's same-top-token rate): comparable
+    within a family, not across families."""
+    return benchmark in COST_BENCHMARKS + ("perplexity",)
 
 
 def task_benchmarks(df: pd.DataFrame) -> list[str]:
+    """Every quality benchmark in the dataset (perplexity and the task benchmarks), not the costs."""
     return sorted(b for b in df["benchmark"].dropna().unique() if b not in COST_BENCHMARKS)
 
 

@@ -601,13 +601,14 @@ def summarize(samples: Sequence[Sample], t_start: float, t_stop: float, idle: di
 def metric_rows(result: dict, *, n_ctx: int | None = None) -> list[dict]:
     """Metric rows for metrics.json. Absent figures are rows with value None and the reason in
     ``status``/``status_reason`` (never zeros). Units: J, J/token, W, s."""
-    from ..dataset import metric_row
+    from ..metrics import row as metric_row
 
-    def row(metric, value, unit, stderr=None, n=None, subset=None, status=None, reason=None, hib=False):
-        r = metric_row(metric, value, unit, stderr=stderr, n=n, subset=subset, n_ctx=n_ctx, higher_is_better=hib)
-        r["status"] = status or ("ok" if value is not None else "absent")
-        r["status_reason"] = reason
-        return r
+    def row(metric, value, unit, stderr=None, n=None, subset=None, status=None, reason=None):
+        if value is None:
+            return metric_row(metric, None, unit=unit, n=n, subset=subset, n_ctx=n_ctx, status="absent",
+                              status_reason=reason or "not measured")
+        return metric_row(metric, value, unit=unit, stderr=stderr, n=n, subset=subset, n_ctx=n_ctx,
+                          status=status if status and status != "ok" else None, status_reason=reason)
 
     if result.get("status") == "absent":
         why = result.get("status_reason")

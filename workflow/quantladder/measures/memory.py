@@ -2,8 +2,11 @@
 beside the prediction weights + KV cache(context) + compute buffers.
 
 The prediction for the KV cache is 2 × layers × kv_heads × head_dim × bytes × context (from the
-GGUF's metadata); llama.cpp's log reports what it actually allocated, which is read through
-its log callback, and the process peak RSS (VRAM via NVML on a GPU) is what was really used.
+GGUF's metadata: ``GGUFInfo.kv_bytes``, the one formula); llama.cpp's log reports what it actually
+allocated, which is read through its log callback. What was really used is the card's probe, under
+one metric, ``peak_mem_bytes``, whose subset names the probe: the process's peak RSS on a CPU
+(``rss``), NVML's per-process VRAM on a GPU (``nvml_process``, or the card's used-memory rise,
+``nvml_device_delta``: quantladder.measures.vram).
 """
 
 from __future__ import annotations
@@ -65,51 +68,77 @@ def peak_rss_bytes() -> int:
 
 
 def measure(model_path: str, info, *, n_ctx: int, kv: str = "f16", n_threads: int = 0, n_gpu_layers: int = 0,
-            flash_attn: bool | None = None, n_batch: int = 512) -> dict:
-    """Load the model at ``n_ctx``, run one full batch so every buffer is touched, read the peak."""
+            flash_attn: bool | None = None, n_batch: int = 512, gpu: bool | None = None) -> dict:
+    """Load the model at ``n_ctx``, run one full batch so every buffer is touched, read the peak
+    with the card's probe (NVML on a GPU: ``gpu`` None asks whether layers are offloaded)."""
     import numpy as np
 
     from ..engine import RawContext, parse_kv
+    from . import vram
 
     type_k, type_v = parse_kv(kv)
     rss_before = peak_rss_bytes()
-    with LlamaLog() as lg:
-        with RawContext(model_path, n_ctx=n_ctx, n_batch=n_batch, kv=kv, n_threads=n_threads,
-                        n_gpu_layers=n_gpu_layers, flash_attn=flash_attn) as ctx:
-            n = min(n_batch, n_ctx)
-            toks = np.random.default_rng(0).integers(0, ctx.n_vocab, size=n, dtype=np.int32)
-            mask = np.zeros(n, dtype=np.int8)
-            mask[-1] = 1
-            ctx.decode(toks, np.arange(n, dtype=np.int32), np.zeros(n, dtype=np.int32), mask)
-            ctx.synchronize()
-            # touch every weight page: the mmapped file counts once it is read
-            peak = peak_rss_bytes()
-    buffers = lg.buffers()
+    holder: dict = {}
+
+    def work():
+        with LlamaLog() as lg:
+            with RawContext(model_path, n_ctx=n_ctx, n_batch=n_batch, kv=kv, n_threads=n_threads,
+                            n_gpu_layers=n_gpu_layers, flash_attn=flash_attn) as ctx:
+                n = min(n_batch, n_ctx)
+                toks = np.random.default_rng(0).integers(0, ctx.n_vocab, size=n, dtype=np.int32)
+                mask = np.zeros(n, dtype=np.int8)
+                mask[-1] = 1
+                ctx.decode(toks, np.arange(n, dtype=np.int32), np.zeros(n, dtype=np.int32), mask)
+                ctx.synchronize()
+                holder["rss"] = peak_rss_bytes()
+        holder["buffers"] = lg.buffers()
+
+    on_gpu = bool(n_gpu_layers) if gpu is None else gpu
+    probe = {"method": "rss", "status": "ok", "status_reason": None}
+    if on_gpu:
+        res = vram.measure_memory(work)
+        if res.get("status") == "ok":
+            probe = {"method": res["method"], "status": "ok", "status_reason": res.get("status_reason"),
+                     "peak": res["peak_mem_bytes"], "n_samples": res.get("n_samples")}
+        else:  # no NVML on a GPU run: the figure is absent with the reason, never the RSS in its place
+            probe = {"method": None, "status": "absent", "status_reason": res.get("status_reason"), "peak": None}
+    else:
+        work()
+        probe["peak"] = holder["rss"]
+    buffers = holder["buffers"]
     kv_pred = info.kv_bytes(n_ctx, type_k, type_v)
     return {
         "n_ctx": n_ctx, "file_bytes": info.file_bytes, "weights_bytes": info.tensor_bytes,
-        "bits_per_weight": info.bits_per_weight, "n_params": info.n_params,
+        "bits_per_weight": info.bits_per_weight, "n_params": info.n_params, "n_ctx_train": info.n_ctx_train,
         "kv_bytes_predicted": kv_pred, "kv_bytes_allocated": buffers["kv_bytes"] or None,
         "compute_buffer_bytes": buffers["compute_bytes"] or None,
         "predicted_total_bytes": info.tensor_bytes + kv_pred + buffers["compute_bytes"],
-        "peak_rss_bytes": peak, "rss_before_load_bytes": rss_before,
-        "peak_rss_delta_bytes": peak - rss_before,
+        "peak_mem_bytes": probe["peak"], "probe": probe, "peak_rss_bytes": holder.get("rss"),
+        "rss_before_load_bytes": rss_before,
     }
 
 
 def metric_rows(r: dict) -> list[dict]:
+    from ..metrics import row
+
     n_ctx = r["n_ctx"]
+    probe = r.get("probe") or {"method": "rss", "status": "ok"}
     rows = [
-        metric_row("file_bytes", r["file_bytes"], "bytes", higher_is_better=False),
-        metric_row("weights_bytes", r["weights_bytes"], "bytes", higher_is_better=False),
-        metric_row("bits_per_weight", r["bits_per_weight"], "bits", higher_is_better=False),
-        metric_row("kv_bytes_predicted", r["kv_bytes_predicted"], "bytes", n_ctx=n_ctx, higher_is_better=False),
-        metric_row("predicted_total_bytes", r["predicted_total_bytes"], "bytes", n_ctx=n_ctx, higher_is_better=False),
-        metric_row("peak_rss_bytes", r["peak_rss_bytes"], "bytes", n_ctx=n_ctx, higher_is_better=False),
-        metric_row("peak_rss_delta_bytes", r["peak_rss_delta_bytes"], "bytes", n_ctx=n_ctx, higher_is_better=False),
+        row("file_bytes", r["file_bytes"]),
+        row("weights_bytes", r["weights_bytes"]),
+        row("bits_per_weight", r["bits_per_weight"]),
+        row("kv_bytes_predicted", r["kv_bytes_predicted"], n_ctx=n_ctx),
+        row("predicted_total_bytes", r["predicted_total_bytes"], n_ctx=n_ctx),
+        row("peak_mem_bytes", r["peak_mem_bytes"], n_ctx=n_ctx, subset=probe.get("method"),
+            status=None if probe.get("status") == "ok" else probe.get("status"),
+            status_reason=probe.get("status_reason")),
     ]
+    if r["peak_mem_bytes"] and r["predicted_total_bytes"]:
+        rows.append(row("peak_over_predicted", r["peak_mem_bytes"] / r["predicted_total_bytes"], n_ctx=n_ctx))
+    if r.get("n_ctx_train"):
+        rows.append(row("n_ctx_train", r["n_ctx_train"]))
     if r.get("kv_bytes_allocated") is not None:
-        rows.append(metric_row("kv_bytes_allocated", r["kv_bytes_allocated"], "bytes", n_ctx=n_ctx, higher_is_better=False))
+        rows.append(row("kv_bytes_allocated", r["kv_bytes_allocated"], n_ctx=n_ctx))
     if r.get("compute_buffer_bytes") is not None:
-        rows.append(metric_row("compute_buffer_bytes", r["compute_buffer_bytes"], "bytes", n_ctx=n_ctx, higher_is_better=False))
+        rows.append(row("compute_buffer_bytes", r["compute_buffer_bytes"], n_ctx=n_ctx))
     return rows

@@ -1,4 +1,4 @@
-"""Peak memory of this process on the card during a phase, beside the predicted weights + KV + buffers.
+"""Peak memory of this process on the card during a phase: the GPU probe of the memory measure.
 
 Read by the same sampler thread as power (``energy.PowerSampler``): NVML's per-process figure
 (``nvmlDeviceGetComputeRunningProcesses`` → usedGpuMemory) where NVML lists this process, else the
@@ -69,34 +69,3 @@ def measure_memory(fn: Callable[[], object], *, reader=None, device_index: int =
     finally:
         if own:
             reader.close()
-
-
-def metric_rows(result: dict, *, predicted: dict | None = None, n_ctx: int | None = None) -> list[dict]:
-    """Rows: measured peak (bytes) and, where given, the prediction beside it.
-
-    ``predicted``: {"weights_bytes", "kv_bytes", "buffers_bytes"} (any may be missing); the total
-    prediction and the measured/predicted ratio are added when both sides exist.
-    """
-    from ..dataset import metric_row
-
-    def row(metric, value, unit, subset=None, n=None, status="ok", reason=None):
-        r = metric_row(metric, value, unit, n=n, subset=subset, n_ctx=n_ctx, higher_is_better=False)
-        r["status"] = status if value is not None else "absent"
-        r["status_reason"] = reason
-        return r
-
-    st, why = result.get("status", "ok"), result.get("status_reason")
-    rows = [row("peak_mem_bytes", result.get("peak_mem_bytes"), "bytes", subset=result.get("method"),
-                n=result.get("n_samples"), status=st, reason=why)]
-    if predicted:
-        parts = {k: predicted.get(k) for k in ("weights_bytes", "kv_bytes", "buffers_bytes")}
-        for k, v in parts.items():
-            if v is not None:
-                rows.append(row(f"predicted_{k}", float(v), "bytes"))
-        known = [v for v in parts.values() if v is not None]
-        if known:
-            total = float(sum(known))
-            rows.append(row("predicted_mem_bytes", total, "bytes"))
-            if result.get("peak_mem_bytes") is not None and total > 0:
-                rows.append(row("peak_over_predicted", result["peak_mem_bytes"] / total, "1"))
-    return rows

@@ -1,0 +1,288 @@
+"""The metric registry: every figure a measure or benchmark writes is declared here, once.
+
+Producers (measures, benchmarks, the aggregate) write rows only through :func:`row`, which refuses a
+metric nobody declared, a unit other than the declared one, or a stderr on a metric declared without
+one. Consumers (the dataset view, the report, the recommender, the anchor gate, ``docs/dataset.md``)
+read the declarations instead of keeping name lists of their own: a consumer that names an
+undeclared metric fails ``tests/test_metrics.py``.
+
+A declaration says (the shape of lm-evaluation-harness's ``register_metric`` and inspect_ai's
+``@scorer(metrics=...)``, with what a quantization study needs besides):
+
+- ``unit``: the unit of ``value`` and ``stderr`` ("1" for a pure number);
+- ``higher_is_better``: the direction (None where a figure has none: a count of samples, a hash);
+- ``stderr``: ``"se"`` (a standard error of the figure), ``"sd"`` (the standard deviation over
+  repetitions, as llama-bench prints), or None (an exact count, a computed size);
+- ``whole``: which row stands for the whole set when a metric has subsets — ``"null"`` (the row
+  without a subset), ``"only"`` (the metric has one subset per point, a label such as llama-bench's
+  ``tg128`` or a probe's name), or ``"none"`` (per-subset figures only; the whole is another metric);
+- ``headline_for``: the benchmarks whose readers compare rungs by this figure (the report's curves
+  and Pareto fronts, the answer screen);
+- ``score_for``: the benchmarks whose recommendation weighs this figure (a % where higher is
+  better), at most one per benchmark;
+- ``paired``: how a rung is compared with its reference on the same units — ``"items"`` (per-item
+  verdicts: exact test on the discordant items), ``"tokens"`` (a per-token figure, paired already), or
+  None (no paired comparison: costs, counts);
+- ``writers``: the benchmarks or measures allowed to write it (``TASK`` for every task benchmark);
+- ``group``: which section of the report shows it (``flips``, ``noise``, ``loops``, ``generation``);
+  ``pareto_cost``: a cost axis of the Pareto fronts (1 = its measure's preferred axis, 2 = next, ...).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .errors import QuantladderError
+
+TASK = "<task>"  # any task benchmark (BFCL, HumanEval, ...): the flips, loops and costs every one has
+WHOLE_KINDS = ("null", "only", "none")
+STDERR_KINDS = ("se", "sd", None)
+PAIRED_KINDS = ("items", "tokens", None)
+
+
+class MetricError(QuantladderError):
+    """A producer wrote a figure the registry does not declare (or not as declared)."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str
+    description: str
+    writers: tuple[str, ...]
+    higher_is_better: bool | None = None
+    stderr: str | None = None
+    whole: str = "null"
+    headline_for: tuple[str, ...] = ()
+    score_for: tuple[str, ...] = ()
+    paired: str | None = None
+    per_item: bool = False  # one row per item (subset = item id): not a figure to plot
+    group: str | None = None  # what a consumer draws it with: flips, noise, loops, generation
+    pareto_cost: int = 0  # a cost axis of the Pareto fronts: 1 the most preferred of its measure; 0 none
+
+    def __post_init__(self):
+        if self.whole not in WHOLE_KINDS:
+            raise ValueError(f"metric {self.name}: whole must be one of {WHOLE_KINDS}")
+        if self.stderr not in STDERR_KINDS:
+            raise ValueError(f"metric {self.name}: stderr must be one of {STDERR_KINDS}")
+        if self.paired not in PAIRED_KINDS:
+            raise ValueError(f"metric {self.name}: paired must be one of {PAIRED_KINDS}")
+        if not self.unit:
+            raise ValueError(f"metric {self.name}: a figure needs its unit (use '1' for a pure number)")
+        if self.score_for and (self.unit != "%" or self.higher_is_better is not True):
+            raise ValueError(f"metric {self.name}: a recommendation score must be a % where higher is better")
+
+    def written_by(self, benchmark: str, task_benchmarks: set[str]) -> bool:
+        return benchmark in self.writers or (TASK in self.writers and benchmark in task_benchmarks)
+
+
+_REGISTRY: dict[str, Metric] = {}
+_loaded = False
+
+
+def declare(*metrics: Metric) -> tuple[Metric, ...]:
+    """Declare metrics (at import of the module that writes them). A name is declared once."""
+    for m in metrics:
+        old = _REGISTRY.get(m.name)
+        if old is not None and old != m:
+            raise ValueError(f"metric {m.name!r} is declared twice, differently ({old} vs {m})")
+        _REGISTRY[m.name] = m
+    return metrics
+
+
+def registry() -> dict[str, Metric]:
+    """Every declared metric, the task benchmarks' included (their modules are imported once)."""
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        from . import benchmarks  # noqa: F401  -- imports every benchmark module, which declare theirs
+        from . import aggregate  # noqa: F401  -- flips, identity, noise floor
+    return _REGISTRY
+
+
+def get(name: str) -> Metric:
+    reg = registry()
+    try:
+        return reg[name]
+    except KeyError:
+        import difflib
+
+        near = difflib.get_close_matches(name, reg, n=3)
+        hint = f" (did you mean {', '.join(near)}?)" if near else ""
+        raise MetricError(f"metric {name!r} is not declared in the metric registry{hint}: declare it "
+                          "with quantladder.metrics.declare where it is written") from None
+
+
+def row(metric: str, value, *, unit: str | None = None, stderr=None, n=None, subset=None, n_ctx=None,
+        status: str | None = None, status_reason: str | None = None) -> dict:
+    """One metric row as measures and benchmarks write it in their metrics.json.
+
+    ``unit`` may be given to make a producer's intent explicit; it must equal the declared unit.
+    A value of None is a figure that could not be measured: give its status ("absent") and reason.
+    """
+    m = get(metric)
+    if unit is not None and unit != m.unit:
+        raise MetricError(f"metric {metric}: written in {unit!r}, declared in {m.unit!r}")
+    if value is not None and not isinstance(value, (int, float)):
+        raise MetricError(f"metric {metric}: value must be a number, got {type(value).__name__}")
+    if value is not None and isinstance(value, float) and math.isnan(value):
+        raise MetricError(f"metric {metric}: a NaN is not a figure; write None with the reason")
+    if isinstance(stderr, float) and math.isnan(stderr):
+        stderr = None
+    if stderr is not None and m.stderr is None:
+        raise MetricError(f"metric {metric}: declared without an uncertainty, written with one")
+    if value is None and not status_reason:
+        raise MetricError(f"metric {metric}: a figure that could not be measured needs its reason")
+    out = {"metric": metric, "value": None if value is None else float(value), "unit": m.unit,
+           "stderr": None if stderr is None else float(stderr), "n": None if n is None else int(n),
+           "subset": subset, "n_ctx": None if n_ctx is None else int(n_ctx),
+           "higher_is_better": m.higher_is_better}
+    if status or value is None:
+        out["status"] = status or "absent"
+        out["status_reason"] = status_reason
+    return out
+
+
+def headlines(benchmark: str) -> list[str]:
+    return [m.name for m in registry().values() if benchmark in m.headline_for]
+
+
+def score_metric(benchmark: str) -> str | None:
+    names = [m.name for m in registry().values() if benchmark in m.score_for]
+    return names[0] if names else None
+
+
+def per_item_metrics() -> set[str]:
+    return {m.name for m in registry().values() if m.per_item}
+
+
+def in_group(group: str) -> list[str]:
+    return [m.name for m in registry().values() if m.group == group]
+
+
+def pareto_costs(benchmark: str) -> list[str]:
+    """The cost axes a measure offers, most preferred first."""
+    return [m.name for m in sorted(registry().values(), key=lambda m: m.pareto_cost)
+            if m.pareto_cost and benchmark in m.writers]
+
+
+def whole_kind(name: str) -> str:
+    m = registry().get(name)
+    return m.whole if m else "null"
+
+
+def markdown() -> str:
+    """The metric table of docs/dataset.md, generated from the registry."""
+    lines = ["| metric | unit | better | stderr | whole set | written by | headline of | meaning |",
+             "|---|---|---|---|---|---|---|---|"]
+    for m in sorted(registry().values(), key=lambda m: (m.writers, m.name)):
+        better = {True: "higher", False: "lower", None: "—"}[m.higher_is_better]
+        se = {"se": "standard error", "sd": "sd over repetitions", None: "—"}[m.stderr]
+        whole = {"null": "row without subset", "only": "its one subset", "none": "per subset only"}[m.whole]
+        writers = ", ".join("any task" if w == TASK else w for w in m.writers)
+        head = ", ".join(m.headline_for) or "—"
+        lines.append(f"| `{m.name}` | {m.unit} | {better} | {se} | {whole} | {writers} | {head} | {m.description} |")
+    return "\n".join(lines)
+
+
+# -- The measures' figures (perplexity + KLD, speed, memory, energy) and the ones every task shares.
+# The task benchmarks declare their own in their modules (quantladder/benchmarks/*).
+
+PPL, SPEED, MEMORY, ENERGY = "perplexity", "speed", "memory", "energy"
+_PCT = (("max", "maximum"), ("p99_9", "99.9th percentile"), ("p99", "99th percentile"),
+        ("p95", "95th percentile"), ("p90", "90th percentile"), ("median", "median"),
+        ("p10", "10th percentile"), ("p5", "5th percentile"), ("p1", "1st percentile"),
+        ("p0_1", "0.1th percentile"), ("min", "minimum"))
+
+declare(
+    Metric("ppl", "1", "perplexity on the corpus (llama-perplexity's protocol: second half of each n_ctx chunk)",
+           (PPL,), higher_is_better=False, stderr="se", headline_for=(PPL,)),
+    Metric("ppl_base", "1", "the reference rung's perplexity on the same tokens (from its stored log-probs)",
+           (PPL,), higher_is_better=False, stderr="se"),
+    Metric("ppl_ratio", "1", "PPL(rung) / PPL(reference) on the same tokens", (PPL,), higher_is_better=False,
+           stderr="se"),
+    Metric("ln_ppl_ratio", "nats", "mean per-token ln p_ref − ln p_rung: the paired per-token NLL difference",
+           (PPL,), higher_is_better=False, stderr="se", paired="tokens"),
+    Metric("ppl_diff", "1", "PPL(rung) − PPL(reference) on the same tokens", (PPL,), higher_is_better=False,
+           stderr="se"),
+    Metric("cor_ln_ppl", "1", "correlation of the per-token log-probs of rung and reference", (PPL,),
+           higher_is_better=True),
+    Metric("kld_mean", "nats", "mean KL divergence from the reference rung's token distribution (full vocabulary)",
+           (PPL,), higher_is_better=False, stderr="se", headline_for=(PPL,), paired="tokens"),
+    *(Metric(f"kld_{k}", "nats", f"{d} of the per-token KL divergence", (PPL,), higher_is_better=False,
+             headline_for=(PPL,) if k == "p99_9" else ()) for k, d in _PCT),
+    Metric("delta_p_mean", "%", "mean change of the probability of the correct token vs the reference", (PPL,),
+           higher_is_better=True, stderr="se"),
+    Metric("delta_p_rms", "%", "root mean square of that change", (PPL,), higher_is_better=False, stderr="se"),
+    *(Metric(f"delta_p_{k}", "%", f"{d} of the change of the correct token's probability", (PPL,))
+      for k, d in _PCT),
+    Metric("same_top_token", "%", "share of tokens whose most likely next token equals the reference's", (PPL,),
+           higher_is_better=True, stderr="se", headline_for=(PPL,), score_for=(PPL,), paired="tokens"),
+    # A pass whose text the rung's importance matrix was computed from (issue 16, docs/corpora.md).
+    Metric("calibration_overlap", "%",
+           "share of the pass's evaluation token n-grams (n = measures.perplexity.overlap.ngram, 13) that occur in "
+           "the calibration text of the rung's importance matrix (subset: the evaluation corpus)", (PPL,),
+           higher_is_better=False, whole="none", group="calibration"),
+    Metric("calibration_overlap_flag", "1",
+           "1 when calibration_overlap reaches measures.perplexity.overlap.flag_pct: the pass scores text the "
+           "rung was calibrated on, and its KLD flatters the rung; 0 otherwise", (PPL,), higher_is_better=False,
+           whole="none", group="calibration"),
+    Metric("pp_tokens_per_s", "tokens/s", "prompt processing (llama-bench's ppN test: N random tokens)", (SPEED,),
+           higher_is_better=True, stderr="sd", whole="only", headline_for=(SPEED,)),
+    Metric("tg_tokens_per_s", "tokens/s", "generation (llama-bench's tgN test: N single-token decodes)", (SPEED,),
+           higher_is_better=True, stderr="sd", whole="only", headline_for=(SPEED,), pareto_cost=1),
+    Metric("file_bytes", "bytes", "size of the rung's GGUF file", (MEMORY,), higher_is_better=False),
+    Metric("weights_bytes", "bytes", "tensor bytes of the GGUF (what is loaded)", (MEMORY,), higher_is_better=False,
+           pareto_cost=3),
+    Metric("bits_per_weight", "bits", "tensor bits / parameters of the GGUF", (MEMORY,), higher_is_better=False),
+    Metric("kv_bytes_predicted", "bytes",
+           "KV cache of one sequence at n_ctx from GGUF metadata: layers × n_ctx × kv_heads × (k_dim·bytes_k + "
+           "v_dim·bytes_v)", (MEMORY, TASK), higher_is_better=False),
+    Metric("kv_bytes_allocated", "bytes", "KV cache llama.cpp allocated at n_ctx (its log)", (MEMORY,),
+           higher_is_better=False),
+    Metric("compute_buffer_bytes", "bytes", "llama.cpp's compute buffers at n_ctx (its log)", (MEMORY,),
+           higher_is_better=False),
+    Metric("predicted_total_bytes", "bytes", "weights + KV cache + compute buffers at n_ctx", (MEMORY,),
+           higher_is_better=False, pareto_cost=2),
+    Metric("peak_mem_bytes", "bytes",
+           "measured peak memory of the process at n_ctx, by the card's probe (subset): peak RSS on a CPU "
+           "(rss), NVML's per-process VRAM on a GPU (nvml_process) or the card's used-memory rise "
+           "(nvml_device_delta)", (MEMORY, TASK), higher_is_better=False, whole="only", headline_for=(MEMORY,),
+           pareto_cost=1),
+    Metric("peak_over_predicted", "1", "measured peak / predicted total", (MEMORY,)),
+    Metric("n_ctx_train", "tokens", "the context the model was trained for (GGUF metadata)", (MEMORY,),
+           higher_is_better=True),
+    Metric("joules_per_generated_token", "J/token",
+           "energy per generated token: NVML power minus the node's idle power, integrated over generation "
+           "(subset incl_prompt where prompt and generation could not be told apart)", (ENERGY,),
+           higher_is_better=False, stderr="se", whole="only", headline_for=(ENERGY,), pareto_cost=1),
+    Metric("joules_per_prompt_token", "J/token", "energy per prompt token, net of idle power", (ENERGY,),
+           higher_is_better=False, stderr="se"),
+    Metric("net_energy_j", "J", "energy of the measured work net of idle power", (ENERGY,), higher_is_better=False,
+           stderr="se"),
+    Metric("total_energy_j", "J", "energy of the measured work including idle power (subset: counter or "
+           "integrated power)", (ENERGY,), higher_is_better=False, stderr="se", whole="only"),
+    Metric("mean_power_w", "W", "mean card power during the measured work", (ENERGY,)),
+    Metric("idle_power_w", "W", "the node's idle card power (baseline)", (ENERGY,), stderr="se"),
+    Metric("duration_s", "s", "duration of the measured work", (ENERGY,)),
+    Metric("sampling_interval_s", "s", "power sampling interval", (ENERGY,)),
+    Metric("sample_gaps", "1", "power samples missed (gaps longer than twice the interval)", (ENERGY,),
+           higher_is_better=False),
+    # -- every task benchmark (the score stage writes these from its verdicts and generations) --
+    Metric("error_items", "items", "items failed, by error type (subset; BFCL's, the sandbox's, prompt_too_long)",
+           (TASK,), higher_is_better=False, whole="none", group="loops"),
+    Metric("degenerate_items", "items", "items whose reply is a repetition loop (quantladder.loops)", (TASK,),
+           higher_is_better=False, group="loops"),
+    Metric("degenerate_share", "%", "share of items whose reply is a repetition loop", (TASK,),
+           higher_is_better=False, group="loops"),
+    Metric("generation_items", "items", "items generated, at n_ctx", (TASK,), group="generation"),
+    Metric("generation_prompt_tokens", "tokens", "prompt tokens decoded for them, at n_ctx", (TASK,),
+           group="generation"),
+    Metric("generation_output_tokens", "tokens", "tokens generated for them, at n_ctx", (TASK,),
+           group="generation"),
+    Metric("generation_seconds", "s", "wall time the generation loop spent on them, at n_ctx", (TASK,),
+           higher_is_better=False, group="generation"),
+    Metric("n_parallel", "1", "sequences decoded together (a generation setting of the point)", (TASK,),
+           group="generation"),
+)
