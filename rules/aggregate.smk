@@ -12,6 +12,7 @@ localrules:
 rule aggregate:
     input:
         metrics=get_point_metrics,
+        per_item=get_point_items,
     output:
         "results/{card}/points.parquet",
     log:
@@ -25,6 +26,7 @@ rule aggregate:
 rule curves:
     input:
         metrics=get_family_metrics,
+        per_item=get_family_items,
     output:
         "results/{card}/curves/{family}.parquet",
     log:

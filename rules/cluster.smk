@@ -10,6 +10,6 @@
 localrules:
     acquire_source,
     acquire_prebuilt,
-    bfcl_data,
+    benchmark_source,
     corpus,
     recommend,

@@ -13,6 +13,9 @@ SCHEMA_PATH = REPO_ROOT / "config" / "config.schema.yaml"
 DEFAULT_CONFIG = REPO_ROOT / "config" / "config.yaml"
 
 
+SCHEMA_DIR = REPO_ROOT / "config" / "schemas"
+
+
 def load(path: str | Path = DEFAULT_CONFIG, validate: bool = True) -> dict:
     p = Path(path)
     try:
@@ -26,27 +29,69 @@ def load(path: str | Path = DEFAULT_CONFIG, validate: bool = True) -> dict:
     return cfg
 
 
-def validate_config(cfg: dict, source: str = "config") -> dict:
-    """jsonschema validation with defaults filled in (the same schema Snakemake's validate uses)."""
+def _validate(instance, schema: dict, *, source: str, prefix: str = "", schema_file: Path | None = None) -> None:
+    """jsonschema validation with defaults filled in (the same schemas Snakemake's validate uses)."""
     import jsonschema
 
-    schema = yaml.safe_load(SCHEMA_PATH.read_text())
     validator_cls = jsonschema.validators.validator_for(schema)
 
-    def set_defaults(validator, properties, instance, schema_):
+    def set_defaults(validator, properties, inst, schema_):
         for prop, sub in properties.items():
-            if isinstance(instance, dict) and "default" in sub:
-                instance.setdefault(prop, sub["default"])
-        yield from validator_cls.VALIDATORS["properties"](validator, properties, instance, schema_)
+            if isinstance(inst, dict) and "default" in sub:
+                inst.setdefault(prop, sub["default"])
+        yield from validator_cls.VALIDATORS["properties"](validator, properties, inst, schema_)
 
     filler = jsonschema.validators.extend(validator_cls, {"properties": set_defaults})
-    errors = sorted(filler(schema).iter_errors(cfg), key=lambda e: list(e.path))
+    errors = sorted(filler(schema).iter_errors(instance), key=lambda e: list(e.path))
     if errors:
         e = errors[0]
-        where = ".".join(str(x) for x in e.path) or "(top level)"
-        raise ConfigError(f"{source}: key {where}: {e.message}")
+        where = ".".join([prefix] * bool(prefix) + [str(x) for x in e.path]) or "(top level)"
+        hint = _hint(e)
+        in_schema = f" (schema {schema_file.relative_to(REPO_ROOT)})" if schema_file else ""
+        raise ConfigError(f"{source}: key {where}: {e.message}{in_schema}{hint}")
+
+
+def _hint(e) -> str:
+    """A fix for the mistakes YAML invites: an all-digit sha256 is read as a number."""
+    if e.path and str(e.path[-1]) == "sha256" and isinstance(e.instance, (int, float)):
+        return "; an all-digit sha256 is read by YAML as a number: quote it (sha256: \"0123...\")"
+    if isinstance(e.instance, (int, float)) and e.validator == "type" and "string" in str(e.validator_value):
+        return "; YAML read this as a number: quote it if it is meant as text"
+    return ""
+
+
+def validate_config(cfg: dict, source: str = "config") -> dict:
+    """The whole config: its schema, every benchmark section's own schema, then the cross-references."""
+    _validate(cfg, yaml.safe_load(SCHEMA_PATH.read_text()), source=source)
+    validate_benchmarks(cfg, source)
     check_semantics(cfg, source)
     return cfg
+
+
+def check_types(cfg: dict, source: str = "config") -> None:
+    """What Snakemake's own schema check would report less clearly (run before it)."""
+    for name, fam in (cfg.get("families") or {}).items():
+        for where, val in [(f"families.{name}.sha256", (fam or {}).get("sha256"))] + [
+                (f"families.{name}.prebuilt.{r}.sha256", (p or {}).get("sha256"))
+                for r, p in ((fam or {}).get("prebuilt") or {}).items()]:
+            if isinstance(val, (int, float)) and not isinstance(val, bool):
+                raise ConfigError(f"{source}: key {where}: {val!r} is a number, not a sha256; an all-digit sha256 "
+                                  "is read by YAML as a number: quote it")
+
+
+def validate_benchmarks(cfg: dict, source: str = "config") -> None:
+    """Every `benchmarks:` section names a registered benchmark and passes that benchmark's schema."""
+    from . import benchmarks
+
+    for name, section in (cfg.get("benchmarks") or {}).items():
+        benchmarks.get(name, where=f"{source}: benchmarks")  # unknown: the known names + a did-you-mean
+        if not isinstance(section, dict):
+            raise ConfigError(f"{source}: key benchmarks.{name}: a mapping of settings, got {type(section).__name__}")
+        schema_file = SCHEMA_DIR / f"{name}.schema.yaml"
+        if not schema_file.exists():
+            raise ConfigError(f"benchmark {name}: its schema {schema_file} is missing")
+        _validate(section, yaml.safe_load(schema_file.read_text()), source=source, prefix=f"benchmarks.{name}",
+                  schema_file=schema_file)
 
 
 def check_semantics(cfg: dict, source: str = "config") -> None:
@@ -67,6 +112,50 @@ def check_semantics(cfg: dict, source: str = "config") -> None:
                 raise ConfigError(f"{source}: families.{name}: {pre!r} is both a made and a prebuilt rung")
     for kv in cfg.get("kv_types", ["f16"]):
         parse_kv(kv)
+
+
+def task_runs_for(cfg: dict, task: str, family: str) -> bool:
+    """A chat benchmark needs a chat template: a base model (``chat: false``) does not take it."""
+    from . import benchmarks
+
+    return not (benchmarks.get(task).needs_chat and not cfg["families"][family].get("chat", True))
+
+
+def noise_floor_enabled(cfg: dict) -> bool:
+    return bool(((cfg.get("generation") or {}).get("noise_floor") or {}).get("enabled", True))
+
+
+def noise_n_parallel(cfg: dict) -> int:
+    g = cfg.get("generation") or {}
+    own = (g.get("noise_floor") or {}).get("n_parallel")
+    if own:
+        return int(own)
+    return 2 if g.get("n_parallel", "auto") == 1 else 1
+
+
+_NOISE_CACHE: dict[int, tuple[dict, dict]] = {}
+
+
+def noise_config(cfg: dict) -> dict:
+    """The config of the noise-floor series: every benchmark at the noise batch setting."""
+    hit = _NOISE_CACHE.get(id(cfg))
+    if hit is not None and hit[0] is cfg:
+        return hit[1]
+    import copy
+
+    out = copy.deepcopy(cfg)
+    out.setdefault("generation", {})["n_parallel"] = noise_n_parallel(cfg)
+    for sec in (out.get("benchmarks") or {}).values():
+        if isinstance(sec, dict):
+            sec.pop("n_parallel", None)
+    _NOISE_CACHE[id(cfg)] = (cfg, out)
+    return out
+
+
+def scoring_env_file(cfg: dict, task: str) -> str | None:
+    from . import benchmarks
+
+    return getattr(benchmarks.get(task), "scoring_env", None)
 
 
 def families(cfg: dict) -> list[str]:

@@ -1,9 +1,21 @@
-"""The one manifest builder. A point's manifest says everything that decides its figures.
+"""The one manifest builder, and the only place identity keys are made.
 
-Two layers: the *spec* is computed from the config alone at DAG-build time (cheap, no file
-reads, no network) and its hash is passed to rules as a ``params`` value, so changing one rung's
-setting re-runs only that point's jobs; the full manifest adds what only the job can know
-(file sha256, the loaded libllama and its hash, the card) and is written beside the figures.
+A point's manifest says everything that decides its figures. Two layers: the *spec* is computed
+from the config alone at DAG-build time (cheap: no file reads, no network) and its hash is passed to
+rules as a ``params`` value, so changing one rung's setting re-runs only that point's jobs; the full
+manifest adds what only the job can know (file sha256, the loaded libllama and its hash, the card's
+fingerprint) and is written beside the figures.
+
+One key per reason to recompute:
+- ``measure_key``: a per-point measure (perplexity, speed, memory, energy): everything it depends on.
+- ``items_key``: a task benchmark's items (per family where they depend on the tokenizer): the
+  settings that choose or build them, and the benchmark's version.
+- ``generation_key``: what changes a reply to a given item: the point (model, rung options, KV types,
+  engine), sampling, the benchmark's generation settings and version, the batching (``n_parallel``).
+  Item selection is not in it: at ``n_parallel = 1`` a larger ``limit`` keeps every reply it has.
+- ``scoring_key``: the generation key plus what changes only verdicts (scoring settings, sandbox
+  limits, scorer version). A scoring change therefore re-plans only score jobs.
+- ``reference_logits_key``, ``anchor_key``: the stored reference log-probs, an anchor gate.
 """
 
 from __future__ import annotations
@@ -19,6 +31,8 @@ from .engine import parse_kv
 from .io import hash_obj
 
 GREEDY = {"temperature": 0.0, "top_k": 1, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0, "seed": 0}
+MEASURES = ("perplexity", "speed", "memory", "energy")
+KEY_LEN = 16
 
 
 @functools.lru_cache(maxsize=None)  # asked once per job at DAG-build time: keep it cheap
@@ -29,13 +43,44 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def _key(obj: Any) -> str:
+    return hash_obj(obj)[:KEY_LEN]
+
+
 def benchmark_settings(cfg: dict, benchmark: str) -> dict:
     if benchmark in cfg.get("measures", {}):
         return dict(cfg["measures"][benchmark])
     return dict(cfg.get("benchmarks", {}).get(benchmark, {}))
 
 
-def spec(cfg: dict, card: str, family: str, rung: str, kv: str, benchmark: str, extra: dict | None = None) -> dict:
+@functools.lru_cache(maxsize=256)
+def _bench(benchmark: str, section_json: str):
+    import json
+
+    from . import benchmarks
+
+    return benchmarks.create(benchmark, json.loads(section_json))
+
+
+def task(cfg: dict, benchmark: str):
+    """The configured Benchmark object (cached per section: the DAG asks for it once per job)."""
+    import json
+
+    return _bench(benchmark, json.dumps(cfg.get("benchmarks", {}).get(benchmark, {}), sort_keys=True, default=str))
+
+
+def generation_policy(cfg: dict, benchmark: str | None = None) -> dict:
+    """The batching settings a point generates with: the global `generation:` section, a
+    benchmark's own `n_parallel` overriding it."""
+    g = dict(cfg.get("generation") or {})
+    if benchmark and benchmark not in MEASURES:
+        own = cfg.get("benchmarks", {}).get(benchmark, {}).get("n_parallel")
+        if own is not None:
+            g["n_parallel"] = own
+    return g
+
+
+def _point(cfg: dict, card: str, family: str, rung: str, kv: str) -> dict:
     fam = cfg["families"][family]
     kind = qconfig.rung_kind(cfg, family, rung)
     type_k, type_v = parse_kv(kv)
@@ -45,28 +90,88 @@ def spec(cfg: dict, card: str, family: str, rung: str, kv: str, benchmark: str, 
         model["quantize_options"] = qconfig.rung_options(cfg, family, rung)
     elif kind == "prebuilt":
         model["prebuilt"] = fam["prebuilt"][rung]
-    settings = benchmark_settings(cfg, benchmark)
-    settings.pop("enabled", None)
-    s = {
-        "point": {"card": card, "family": family, "rung": rung, "kv": kv, "type_k": type_k, "type_v": type_v,
-                  "is_reference": kind == "reference"},
-        "benchmark": benchmark,
-        "settings": settings,
-        "model": model,
-        "engine": {"gpu_layers": cfg.get("gpu_layers", 0), "flash_attn": cfg.get("flash_attn")},
-        "sampling": GREEDY,
-        "harness_version": HARNESS_VERSION,
-        "llama_cpp_python": _version("llama_cpp_python"),
-    }
-    if benchmark == "speed":  # threads change speed, not quality
-        s["engine"]["threads"] = cfg.get("threads", 0)
+    return {"point": {"card": card, "family": family, "rung": rung, "kv": kv, "type_k": type_k, "type_v": type_v,
+                      "is_reference": kind == "reference"},
+            "model": model,
+            "engine": {"gpu_layers": cfg.get("gpu_layers", 0), "flash_attn": cfg.get("flash_attn")},
+            "sampling": GREEDY, "harness_version": HARNESS_VERSION,
+            "llama_cpp_python": _version("llama_cpp_python")}
+
+
+def spec(cfg: dict, card: str, family: str, rung: str, kv: str, benchmark: str, extra: dict | None = None) -> dict:
+    """What a measure's figures, or a task benchmark's replies, depend on (the generation spec)."""
+    s = _point(cfg, card, family, rung, kv)
+    s["benchmark"] = benchmark
+    if benchmark in MEASURES:
+        settings = benchmark_settings(cfg, benchmark)
+        settings.pop("enabled", None)
+        s["settings"] = settings
+        if benchmark == "speed":  # threads change speed, not quality
+            s["engine"]["threads"] = cfg.get("threads", 0)
+    else:
+        b = task(cfg, benchmark)
+        s["settings"] = b.group("generation")
+        s["benchmark_version"] = b.version
+        s["generation"] = generation_policy(cfg, benchmark)
     if extra:
         s["extra"] = extra
     return s
 
 
 def spec_hash(cfg: dict, card: str, family: str, rung: str, kv: str, benchmark: str, extra: dict | None = None) -> str:
-    return hash_obj(spec(cfg, card, family, rung, kv, benchmark, extra))[:16]
+    return _key(spec(cfg, card, family, rung, kv, benchmark, extra))
+
+
+measure_key = spec_hash
+generation_key = spec_hash
+
+
+def items_key(cfg: dict, family: str, benchmark: str) -> str:
+    b = task(cfg, benchmark)
+    obj: dict[str, Any] = {"benchmark": benchmark, "version": b.version, "settings": b.group("items"),
+                           "harness": HARNESS_VERSION}
+    if b.per_family_items:
+        fam = cfg["families"][family]
+        obj["family"] = {"source": fam["source"], "sha256": fam.get("sha256"), "chat": fam.get("chat", True)}
+    return _key(obj)
+
+
+def scoring_key(cfg: dict, card: str, family: str, rung: str, kv: str, benchmark: str, extra: dict | None = None) -> str:
+    b = task(cfg, benchmark)
+    return _key({"generation": generation_key(cfg, card, family, rung, kv, benchmark, extra),
+                 "items": items_key(cfg, family, benchmark), "scoring": b.group("scoring"),
+                 "scorer_version": b.scorer_version})
+
+
+def source_key(cfg: dict, benchmark: str) -> str:
+    """A benchmark's data source: the item settings that name where data comes from."""
+    b = task(cfg, benchmark)
+    return _key({"benchmark": benchmark, "version": b.version, "settings": b.group("items")})
+
+
+def reference_logits_key(cfg: dict, family: str, corpus: str) -> str:
+    ppl = dict(cfg["measures"]["perplexity"])
+    ppl.pop("enabled", None)
+    ppl.pop("kld", None)
+    fam = cfg["families"][family]
+    return _key({"perplexity": ppl, "source": fam["source"], "sha256": fam.get("sha256"),
+                 "corpus": cfg["corpora"].get(corpus), "gpu_layers": cfg.get("gpu_layers", 0),
+                 "llama_cpp_python": _version("llama_cpp_python"), "harness": HARNESS_VERSION})
+
+
+def anchor_key(cfg: dict, benchmark: str, entries: list[dict]) -> str:
+    """Only this benchmark's anchor entries and settings decide its gate (not the whole file)."""
+    mine = [e for e in entries if e["benchmark"] == benchmark]
+    return _key({"entries": mine, "settings": benchmark_settings(cfg, benchmark), "harness": HARNESS_VERSION})
+
+
+def anchor_generation_key(cfg: dict, benchmark: str, entries: list[dict]) -> str:
+    """The part of a task benchmark's gate that its generate jobs depend on: the entries and the
+    generation settings (a scoring-only change re-runs the gate and the score jobs, not generation)."""
+    mine = [e for e in entries if e["benchmark"] == benchmark]
+    b = task(cfg, benchmark)
+    return _key({"entries": mine, "generation": b.group("generation"), "items": b.group("items"),
+                 "harness": HARNESS_VERSION})
 
 
 def job_environment() -> dict:
@@ -87,12 +192,24 @@ def job_environment() -> dict:
 def build(
     cfg: dict, card: str, family: str, rung: str, kv: str, benchmark: str, *,
     model_info: dict, card_identity: dict, library: dict, data: dict | None = None,
-    engine: dict | None = None, extra: dict | None = None,
+    engine: dict | None = None, extra: dict | None = None, keys: dict | None = None,
 ) -> dict:
+    """The full manifest. ``spec_hash`` is the key of the job that wrote it (for a task benchmark's
+    metrics: the scoring key); ``keys`` lists every key the figures rest on."""
     s = spec(cfg, card, family, rung, kv, benchmark, extra)
+    if benchmark in MEASURES:
+        keys = {"measure": _key(s), **(keys or {})}
+        own = keys["measure"]
+    else:
+        keys = {"items": items_key(cfg, family, benchmark), "generation": _key(s),
+                "scoring": scoring_key(cfg, card, family, rung, kv, benchmark, extra), **(keys or {})}
+        own = keys["scoring"]
+        b = task(cfg, benchmark)
+        s = {**s, "scoring": {"settings": b.group("scoring"), "scorer_version": b.scorer_version}}
     return {
         **s,
-        "spec_hash": hash_obj(s)[:16],
+        "spec_hash": own,
+        "keys": keys,
         "model": {**s["model"], **model_info},
         "card": card_identity,
         "library": library,

@@ -1,10 +1,12 @@
 """What every per-point rule script shares: its model, its manifest, its anchor status, its outputs.
 
 A measuring script does:
-    pt = points.from_snakemake(snakemake, "bfcl")
+    pt = points.from_snakemake(snakemake, "speed")
     if pt.blocked: pt.write_metrics(snakemake.output.metrics, []); return   # anchor failed
     ... measure with pt.model_path / pt.engine_settings(n_ctx=...) ...
     pt.write_metrics(snakemake.output.metrics, rows, data={"name":..., "version":..., "sha256":...})
+Task benchmarks go through scripts/generate.py and scripts/score.py (quantladder.generation,
+quantladder.scoring), which use the same Point.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from . import card as qcard
 from . import manifest as qmanifest
+from . import status as qstatus
 from .backend import engine_backend
 from .engine import EngineSettings, library_info, parse_kv
 from .errors import QuantladderError
@@ -33,6 +36,7 @@ class Point:
     model_record: dict
     anchor: dict = field(default_factory=dict)
     threads: int = 0
+    series: str = "points"  # "noise": the reference rung at another batch setting (quantladder.config)
 
     @property
     def type_k(self) -> str:
@@ -48,24 +52,12 @@ class Point:
 
     @property
     def status(self) -> tuple[str, str | None]:
-        st = self.anchor.get("status")
-        if st == "failed":
-            return "blocked", self.anchor.get("reason")
-        if st == "unanchored" or not st:
-            return "unanchored", self.anchor.get("reason") or "no anchor gate ran for this benchmark"
-        return "ok", None
+        return qstatus.from_anchor(self.anchor)
 
-    def start_generations(self, done_path, **marker) -> Path | None:
-        """Where a generation rule appends its answers (``generations.jsonl`` beside its ``done``
-        marker, directory made), or None when the anchor gate failed on this card: then the marker
-        says so (with ``marker``'s fields) and nothing is generated."""
-        done_path = Path(done_path)
-        gen_path = done_path.with_name("generations.jsonl")
-        gen_path.parent.mkdir(parents=True, exist_ok=True)
-        if self.blocked:
-            write_json(done_path, {"complete": False, "blocked": True, "reason": self.anchor.get("reason"), **marker})
-            return None
-        return gen_path
+    @property
+    def bench(self):
+        """The configured task benchmark of this point (quantladder.benchmarks)."""
+        return qmanifest.task(self.config, self.benchmark)
 
     def engine_settings(self, n_ctx: int, **kw) -> EngineSettings:
         return EngineSettings(n_ctx=n_ctx, kv=self.kv, n_gpu_layers=self.config.get("gpu_layers", 0),
@@ -93,7 +85,8 @@ class Point:
             "imatrix": self.model_record.get("imatrix"),
         }
 
-    def manifest(self, *, data: dict | None = None, engine: dict | None = None, card_identity: dict | None = None) -> dict:
+    def manifest(self, *, data: dict | None = None, engine: dict | None = None, card_identity: dict | None = None,
+                 keys: dict | None = None) -> dict:
         ident = card_identity or qcard.check_same_card(self.card, self.config.get("card"))
         lib = library_info()
         engine = dict(engine or {})
@@ -103,17 +96,23 @@ class Point:
         return qmanifest.build(
             self.config, self.card, self.family, self.rung, self.kv, self.benchmark,
             model_info=self.model_info(), card_identity=ident, library=lib,
-            data=data, engine=engine,
+            data=data, engine=engine, keys={"series": self.series, **(keys or {})},
         )
 
     def write_metrics(self, path: str | os.PathLike, rows: list[dict], *, data: dict | None = None,
                       engine: dict | None = None, incomplete: bool = False, extra: dict | None = None,
-                      status: str | None = None, status_reason: str | None = None) -> dict:
-        """Write metrics.json (with the manifest inside) and manifest.json beside it, atomically."""
+                      status: str | None = None, status_reason: str | None = None, keys: dict | None = None) -> dict:
+        """Write metrics.json (with the manifest inside) and manifest.json beside it, atomically.
+
+        The file's status is the worse of the anchor's and the one given (incomplete, absent, ...)."""
         st, reason = self.status
-        if status:
+        if status and qstatus.rank(status) > qstatus.rank(st):
             st, reason = status, status_reason
-        man = self.manifest(data=data, engine=engine)
+        elif status and status_reason and st == status:
+            reason = status_reason
+        if incomplete and qstatus.rank("incomplete") > qstatus.rank(st):
+            st, reason = "incomplete", reason or status_reason
+        man = self.manifest(data=data, engine=engine, keys=keys)
         doc = {"benchmark": self.benchmark, "status": st, "status_reason": reason,
                "incomplete": incomplete, "rows": rows, "manifest": man, **(extra or {})}
         from .anchors import summary as anchor_summary
@@ -124,12 +123,18 @@ class Point:
         return doc
 
 
-def from_snakemake(smk, benchmark: str) -> Point:
+def from_snakemake(smk, benchmark: str | None = None) -> Point:
     """Build the Point from a rule's snakemake object.
 
-    Expects input.gguf (+ input.info, the rung's sidecar JSON) and, optionally, input.anchor.
+    Expects input.info (the rung's sidecar JSON; input.gguf where the job loads the model) and,
+    optionally, input.anchor. A task job's benchmark and series come from its wildcards.
     """
+    from . import config as qconfig
+
     w = smk.wildcards
+    benchmark = benchmark or w.task
+    series = getattr(w, "series", "points")
+    cfg = qconfig.noise_config(smk.config) if series == "noise" else smk.config
     inp = smk.input
     try:
         record = read_json(inp.info)
@@ -139,5 +144,6 @@ def from_snakemake(smk, benchmark: str) -> Point:
     if hasattr(inp, "anchor") and inp.anchor:
         anchor = read_json(inp.anchor)
     threads = smk.config.get("threads") or smk.threads
-    return Point(config=smk.config, card=w.card, family=w.family, rung=w.rung, kv=w.kv, benchmark=benchmark,
-                 model_path=str(inp.gguf), model_record=record, anchor=anchor, threads=int(threads))
+    gguf = getattr(inp, "gguf", None) or str(inp.info)[: -len(".json")]
+    return Point(config=cfg, card=w.card, family=w.family, rung=w.rung, kv=w.kv, benchmark=benchmark,
+                 model_path=str(gguf), model_record=record, anchor=anchor, threads=int(threads), series=series)

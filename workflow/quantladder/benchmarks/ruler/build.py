@@ -36,7 +36,7 @@ class PromptFormat:
 
     def tokens(self, prompt: str) -> list[int]:
         """Exactly the tokens generation feeds (BOS added unless the template already starts with it)."""
-        return self.engine.tokenize(prompt, add_bos=not self.engine._starts_with_bos(prompt))
+        return self.engine.tokenize(prompt, add_bos=not self.engine.starts_with_bos(prompt))
 
     def n_tokens(self, prompt: str) -> int:
         return len(self.tokens(prompt))

@@ -14,7 +14,7 @@ import math
 import re
 from collections import defaultdict
 
-from ...dataset import metric_row
+from ...metrics import row
 
 THRESHOLD = 85.6
 _CONTROL = re.compile(r"[\x00-\x1f]")
@@ -71,7 +71,7 @@ def aggregate(verdicts: list[dict], threshold: float = THRESHOLD) -> tuple[list[
     for (task, length), xs in sorted(by_tl.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         m, se = _mean_se(xs)
         task_scores[length][task] = (m, se, len(xs))
-        rows.append(metric_row("score", m, "%", stderr=se, n=len(xs), subset=task, n_ctx=length, higher_is_better=True))
+        rows.append(row("score", m, stderr=se, n=len(xs), subset=task, n_ctx=length))
     avg = {}
     for length, per_task in sorted(task_scores.items()):
         ms = [m for m, _, _ in per_task.values()]
@@ -79,23 +79,10 @@ def aggregate(verdicts: list[dict], threshold: float = THRESHOLD) -> tuple[list[
         ses = [se for _, se, _ in per_task.values()]
         # Tasks are independent samples: the mean's error is sqrt(sum se^2) / k (None if any task has n=1).
         se = math.sqrt(sum(s * s for s in ses)) / len(ses) if all(s is not None for s in ses) else None
-        rows.append(metric_row("score_avg", avg[length], "%", stderr=se,
-                               n=sum(n for _, _, n in per_task.values()), n_ctx=length, higher_is_better=True))
+        rows.append(row("score_avg", avg[length], stderr=se, n=sum(n for _, _, n in per_task.values()), n_ctx=length))
     summary = {"avg_by_length": avg, "threshold": threshold}
     if avg:
         eff = effective_length(avg, threshold)
         summary["effective_length"] = eff
-        rows.append(metric_row("effective_length", eff, "tokens", n=len(avg), higher_is_better=True))
-    # The loop detector's count, per length and for the whole point (the seeds' KV-cache finding).
-    deg_by_len: dict[int, list[bool]] = defaultdict(list)
-    for v in verdicts:
-        deg_by_len[v["n_ctx"]].append(bool(v.get("degenerate")))
-    for length, flags in sorted(deg_by_len.items()):
-        rows.append(metric_row("degenerate_items", sum(flags), "items", n=len(flags), n_ctx=length,
-                               higher_is_better=False))
-    if verdicts:
-        total = sum(bool(v.get("degenerate")) for v in verdicts)
-        rows.append(metric_row("degenerate_items", total, "items", n=len(verdicts), higher_is_better=False))
-        rows.append(metric_row("degenerate_share", 100.0 * total / len(verdicts), "%", n=len(verdicts),
-                               higher_is_better=False))
+        rows.append(row("effective_length", eff, n=len(avg)))
     return rows, summary

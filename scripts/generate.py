@@ -1,0 +1,49 @@
+"""Rule generate: a task benchmark's replies for one point, through the one generation loop.
+
+Runs on the GPU host and never executes what the model wrote (BFCL multi-turn calls run in the
+sandbox). Replies are appended to a store beside the outputs as each item finishes; a killed or
+budget-stopped job (exit 75) resumes from it, and the declared outputs are written at the end.
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
+
+from quantladder import budget, generation, points  # noqa: E402
+from quantladder.benchmarks import Item  # noqa: E402
+from quantladder.engine import Engine  # noqa: E402
+from quantladder.gguf_meta import GGUFInfo  # noqa: E402
+from quantladder.io import read_json, read_jsonl, write_json, write_jsonl  # noqa: E402
+from quantladder.scriptutil import main  # noqa: E402
+
+
+def run(smk):
+    pt = points.from_snakemake(smk)
+    bench = pt.bench
+    items_meta = read_json(smk.input.items_meta)
+    if pt.blocked:  # the anchor gate failed on this card: generate nothing, say why
+        write_jsonl(smk.output.generations, [])
+        write_json(smk.output.meta, {"benchmark": bench.name, "blocked": True, "reason": pt.anchor.get("reason"),
+                                     "planned": items_meta["n_items"], "generated": 0, "complete": False})
+        return
+    items = [Item.from_json(r) for r in read_jsonl(smk.input.item_file)]
+    source = read_json(smk.input.source)
+    policy = generation.policy_of(pt.config, bench.name)
+    info = GGUFInfo(**pt.model_record["info"]) if pt.model_record.get("info") else None
+    n_parallel = generation.resolve_n_parallel(policy, info, max((bench.n_ctx(it) for it in items), default=0),
+                                               pt.kv)
+    env = bench.open_env(source, "generate")
+    loop = generation.Loop(
+        bench, items, key=smk.params.key, store_dir=Path(smk.output.generations).parent,
+        engine_for=lambda n_ctx: Engine(pt.model_path, pt.engine_settings(n_ctx=n_ctx, n_parallel=n_parallel)),
+        n_parallel=n_parallel, wave_factor=int(policy.get("wave_factor", generation.DEFAULT_WAVE_FACTOR)),
+        budget=budget.from_snakemake(smk), time_budget_s=bench.settings.get("time_budget_s"),
+        label=f"{bench.name} {pt.family}/{pt.rung}/{pt.kv}" + (" (noise floor)" if pt.series == "noise" else ""),
+        env=env)
+    result = loop.run()
+    generation.write_outputs(result, smk.output.generations, smk.output.meta, extra={
+        "blocked": False, "items_sha256": items_meta["sha256"], "policy": policy, "series": pt.series})
+
+
+main(run, snakemake)

@@ -1,0 +1,180 @@
+"""The one generation loop, on the real engine and the real model: waves, resume, budgets, progress.
+
+Reproducible means byte-identical: the same plan twice gives the same replies; a run killed with
+SIGKILL and resumed gives the uninterrupted run's replies; at n_parallel = 1 a larger `limit` keeps
+the replies of the items both runs share. Items are HumanEval's first problems with short budgets,
+so each test takes seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from quantladder import benchmarks, generation
+from quantladder.budget import Budget, BudgetReached
+from quantladder.engine import Engine, EngineSettings
+from quantladder.io import JsonlFile
+
+REPO = Path(__file__).resolve().parents[1]
+FIELDS = ("item_id", "text", "n_prompt_tokens", "n_gen_tokens", "finish_reason")
+
+
+def _bench(limit: int, max_new_tokens: int = 24):
+    b = benchmarks.create("humaneval", {"enabled": True, "limit": limit, "max_new_tokens": max_new_tokens})
+    src = b.fetch_source("unused")
+    items, _ = b.build_items(src, reference_gguf=None, family={})
+    return b, src, items
+
+
+def _loop(model, store, n_parallel, limit=4, max_new_tokens=24, **kw):
+    b, src, items = _bench(limit, max_new_tokens)
+    return generation.Loop(
+        b, items, key="test-key", store_dir=store, n_parallel=n_parallel,
+        engine_for=lambda n: Engine(str(model), EngineSettings(n_ctx=n, n_parallel=n_parallel, n_threads=2)),
+        env=b.open_env(src, "generate"), **kw)
+
+
+def replies(result):
+    return [{k: r.get(k) for k in FIELDS} for r in result.records]
+
+
+def test_plan_waves_are_a_function_of_the_items_only():
+    b, _, items = _bench(10)
+    waves = generation.plan(items, b, n_parallel=4, wave_factor=2)
+    assert [len(w.items) for w in waves] == [8, 2]
+    assert [it.id for w in waves for it in w.items] == [it.id for it in items]
+    assert generation.plan(items, b, 4, 2)[0].key == waves[0].key  # same items, same wave key
+    assert generation.plan(items[:9], b, 4, 2)[0].key == waves[0].key  # a shorter list keeps full waves
+    assert all(w.key is None for w in generation.plan(items, b, 1))  # no batch mates at n_parallel 1
+
+
+def test_same_plan_twice_is_byte_identical_batched(tmp_path, smollm_q8):
+    a = _loop(smollm_q8, tmp_path / "a", n_parallel=4).run()
+    b = _loop(smollm_q8, tmp_path / "b", n_parallel=4).run()
+    assert a.meta["complete"] and len(a.records) == 4
+    assert replies(a) == replies(b)
+    assert a.meta["n_parallel"] == 4 and a.meta["n_waves"] == 1
+
+
+def test_single_stream_reply_does_not_depend_on_the_other_items(tmp_path, smollm_q8):
+    """At n_parallel 1 every item is its own wave: a larger limit (other items before and after it)
+    reproduces the replies both runs share, and they are reused from the store, not regenerated."""
+    small = _loop(smollm_q8, tmp_path / "s", n_parallel=1, limit=2).run()
+    big = _loop(smollm_q8, tmp_path / "b", n_parallel=1, limit=4).run()
+    assert replies(big)[:2] == replies(small)
+    # the same store with a larger limit: the two replies it has are kept, two are generated
+    grown = _loop(smollm_q8, tmp_path / "s", n_parallel=1, limit=4)
+    res = grown.run()
+    assert replies(res) == replies(big)
+    store = JsonlFile(tmp_path / "s" / generation.STORE_NAME).read()
+    assert len(store) == 4  # 2 + 2: nothing generated twice
+
+
+def test_a_budget_stops_between_waves_and_the_rerun_resumes(tmp_path, smollm_q8):
+    clock = [0.0]
+    bud = Budget(deadline=130.0, source="test", clock=lambda: clock[0])
+    loop = _loop(smollm_q8, tmp_path / "s", n_parallel=1, budget=bud)
+    real_run = loop._run_wave
+
+    def timed(*a, **kw):  # each wave "takes" 40 s of the budget's clock
+        clock[0] += 40.0
+        return real_run(*a, **kw)
+
+    loop._run_wave = timed
+    with pytest.raises(BudgetReached, match=r"2/4 items done, resumable"):
+        loop.run()
+    assert len(JsonlFile(tmp_path / "s" / generation.STORE_NAME).read()) == 2
+    rerun = _loop(smollm_q8, tmp_path / "s", n_parallel=1).run()
+    full = _loop(smollm_q8, tmp_path / "u", n_parallel=1).run()
+    assert replies(rerun) == replies(full)
+
+
+def test_time_budget_cap_makes_an_incomplete_result(tmp_path, smollm_q8):
+    res = _loop(smollm_q8, tmp_path / "s", n_parallel=1, time_budget_s=0.0).run()
+    # the cap is checked before each wave: the first wave runs, then the cap has passed
+    assert not res.meta["complete"] and res.meta["generated"] < 4
+    assert "time_budget_s" in res.meta["stopped"]
+
+
+def test_progress_is_logged_with_items_tokens_and_an_eta(caplog):
+    t = [0.0]
+    p = generation.Progress("humaneval x/Q4_K_M/f16", total=10, done=2, every_s=30, clock=lambda: t[0])
+    with caplog.at_level("INFO", logger="quantladder.generation"):
+        t[0] = 10.0
+        p.step(100, 50)  # under 30 s since the start: nothing yet
+        assert not caplog.records
+        t[0] = 31.0
+        p.finished(2)
+        p.step(0, 70)
+    msg = caplog.records[-1].getMessage()
+    assert "4/10 items" in msg and "tokens/s generated" in msg and "ETA" in msg
+    assert "3.9 tokens/s" in msg  # 120 tokens in 31 s
+
+
+KILLED_RUN = textwrap.dedent("""
+    import sys, os
+    sys.path.insert(0, {workflow!r})
+    from quantladder import benchmarks, generation
+    from quantladder.engine import Engine, EngineSettings
+    b = benchmarks.create("humaneval", {{"enabled": True, "limit": 8, "max_new_tokens": 48}})
+    src = b.fetch_source("unused")
+    items, _ = b.build_items(src, reference_gguf=None, family={{}})
+    loop = generation.Loop(b, items, key="test-key", store_dir={store!r}, n_parallel=2, wave_factor=1,
+        engine_for=lambda n: Engine({model!r}, EngineSettings(n_ctx=n, n_parallel=2, n_threads=2)),
+        env=b.open_env(src, "generate"))
+    res = loop.run()
+    generation.write_outputs(res, {out!r}, {out!r} + ".json")
+""")
+
+
+@pytest.mark.slow
+def test_sigkill_mid_run_then_resume_equals_the_uninterrupted_run(tmp_path, smollm_q8):
+    """A real SIGKILL while a batched wave is in flight: the rerun regenerates that wave whole (its
+    batch mates must be the planned ones), keeps every reply already stored, and the result equals an
+    uninterrupted run byte for byte."""
+    def script(store, out):
+        return KILLED_RUN.format(workflow=str(REPO / "workflow"), store=str(store), model=str(smollm_q8),
+                                 out=str(out))
+
+    store = tmp_path / "killed"
+    store_file = store / generation.STORE_NAME
+    proc = subprocess.Popen([sys.executable, "-c", script(store, tmp_path / "k.jsonl")])
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if store_file.exists() and len(JsonlFile(store_file).read()) >= 3:  # mid-way through wave 2
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    kept = JsonlFile(store_file).read()
+    assert 3 <= len(kept) < 8, "the kill came too late to test a resume"
+    subprocess.run([sys.executable, "-c", script(store, tmp_path / "k.jsonl")], check=True)
+    subprocess.run([sys.executable, "-c", script(tmp_path / "clean", tmp_path / "u.jsonl")], check=True)
+    resumed = [{k: r[k] for k in FIELDS} for r in JsonlFile(tmp_path / "k.jsonl").read()]
+    clean = [{k: r[k] for k in FIELDS} for r in JsonlFile(tmp_path / "u.jsonl").read()]
+    assert resumed == clean and len(clean) == 8
+    meta = json.loads((tmp_path / "k.jsonl.json").read_text())
+    assert meta["replay_mismatches"] == 0  # the replayed wave reproduced what was stored
+    assert len(JsonlFile(store_file).read()) == 8  # nothing stored twice
+
+
+def test_n_parallel_auto_depends_on_the_architecture_context_and_budget_only(smollm_q8, smollm_q4km):
+    from quantladder.gguf_meta import read_info
+
+    a, b = read_info(smollm_q8), read_info(smollm_q4km)
+    policy = {"n_parallel": "auto", "kv_budget_mb": 2048}
+    na = generation.resolve_n_parallel(policy, a, 4096)
+    assert na == generation.resolve_n_parallel(policy, b, 4096)  # every rung of the family alike
+    assert generation.resolve_n_parallel(policy, a, 32768) < na  # long contexts get fewer sequences
+    per_seq = a.kv_bytes(4096, "f16", "f16")
+    assert na * per_seq <= 2048 << 20
+    assert generation.resolve_n_parallel({"n_parallel": 3}, a, 4096) == 3

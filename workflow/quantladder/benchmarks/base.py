@@ -1,0 +1,166 @@
+"""The Benchmark interface: what every task benchmark declares and does, and nothing else.
+
+A task is data + prompts + scorer + declared metrics (lm-evaluation-harness's task, inspect_ai's
+``Task(dataset, solver, scorer)``). One module per exam subclasses :class:`Benchmark`; the package's
+one generation loop (:mod:`quantladder.generation`), the generic rules (``rules/tasks.smk``) and the
+manifest (:mod:`quantladder.manifest`) do the rest. A new benchmark is a module plus a config
+section: nothing in ``rules/`` to copy.
+
+The stages, each a rule:
+  source   fetch and pin the data once (``fetch_source``; may download: runs on the submit host)
+  items    the family's items, fixed and ordered (``build_items``; may use the reference rung's
+           tokenizer and chat template, RULER does)
+  generate per point: the one loop drives ``drive(item, engine)`` for every item, batched, resumable
+  score    per point, from the saved generations only (``verdicts`` then ``metric_rows``)
+
+Its config section's keys are split by what they change (the manifest builds one key from each):
+``item_settings`` choose or build the items; ``generation_settings`` change a reply to a given item;
+``scoring_settings`` change only the verdicts; ``run_settings`` change no figure (``enabled``, time
+caps). Every key of the section's schema is in exactly one group (tests/test_benchmarks.py checks it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generator
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Item:
+    """One item of a benchmark, as the items file stores it (JSON)."""
+
+    id: str
+    subset: str | None = None  # category / task / split label; None when the benchmark has none
+    n_ctx: int | None = None  # per-sequence context to generate it at; None: the section's n_ctx
+    data: dict = field(default_factory=dict)  # what the prompt is made of
+    answer: dict = field(default_factory=dict)  # what only the scorer reads (tests, ground truth)
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "subset": self.subset, "n_ctx": self.n_ctx, "data": self.data, "answer": self.answer}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Item":
+        return cls(id=str(d["id"]), subset=d.get("subset"), n_ctx=d.get("n_ctx"), data=d.get("data") or {},
+                   answer=d.get("answer") or {})
+
+
+@dataclass
+class Env:
+    """What drivers and scorers use besides the items: the source record (data paths) and, where a
+    benchmark needs one, the sandbox executor (BFCL multi-turn). Made by ``Benchmark.open_env``."""
+
+    source: dict
+    executor: Any = None
+
+    @property
+    def root(self) -> str:
+        return self.source.get("root", "")
+
+
+@dataclass
+class ScoringContext:
+    """What a scorer may use besides the items and generations."""
+
+    env: Env
+    threads: int = 1
+    log: Any = None
+
+    @property
+    def source(self) -> dict:
+        return self.env.source
+
+
+class Benchmark:
+    """Subclass per exam; class attributes declare, methods do."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    version: ClassVar[str]  # items and prompts: bump when a prompt or an item changes (regenerates)
+    scorer_version: ClassVar[str]  # bump when a verdict changes (rescores only)
+    needs_chat: ClassVar[bool] = True  # prompts go through the chat template: a base model cannot take it
+    per_family_items: ClassVar[bool] = False  # items depend on the model's tokenizer (RULER)
+    executes_model_code: ClassVar[bool] = False  # scoring runs model-written code (in the sandbox only)
+    item_settings: ClassVar[tuple[str, ...]] = ()
+    generation_settings: ClassVar[tuple[str, ...]] = ()
+    scoring_settings: ClassVar[tuple[str, ...]] = ()
+    run_settings: ClassVar[tuple[str, ...]] = ("enabled", "time_budget_s")
+    # Every benchmark may override the global `generation:` settings (sequences decoded together):
+    # they change replies, so they belong to the generation key.
+    COMMON_GENERATION: ClassVar[tuple[str, ...]] = ("n_parallel",)
+    defaults: ClassVar[dict] = {}
+
+    def __init__(self, section: dict | None = None):
+        self.settings = self.resolve(section or {})
+
+    # -- settings -----------------------------------------------------------------------------
+    @classmethod
+    def resolve(cls, section: dict) -> dict:
+        """The section with defaults filled (callers that did not validate against the schema)."""
+        return {**cls.defaults, **{k: v for k, v in section.items()}}
+
+    @classmethod
+    def all_settings(cls) -> tuple[str, ...]:
+        return (cls.item_settings + cls.generation_settings + cls.COMMON_GENERATION + cls.scoring_settings
+                + cls.run_settings)
+
+    def group(self, which: str) -> dict:
+        keys = {"items": self.item_settings, "generation": self.generation_settings + self.COMMON_GENERATION,
+                "scoring": self.scoring_settings}[which]
+        return {k: self.settings.get(k) for k in keys}
+
+    # -- data ---------------------------------------------------------------------------------
+    def fetch_source(self, dest: str) -> dict:
+        """Obtain the data (once per config); returns the record that pins it (name, version, sha256, paths)."""
+        raise NotImplementedError
+
+    def build_items(self, source: dict, *, reference_gguf: str | None, family: dict, threads: int = 1,
+                    log=None) -> tuple[list[Item], dict]:
+        """The items in their fixed order, and facts about them for the manifest (dropped lengths, ...)."""
+        raise NotImplementedError
+
+    def n_ctx(self, item: Item) -> int:
+        return int(item.n_ctx or self.settings.get("n_ctx") or 4096)
+
+    def max_n_ctx(self) -> int:
+        """The longest per-sequence context any item may need (sizes the job's memory)."""
+        return int(self.settings.get("n_ctx") or 4096)
+
+    # -- generation ---------------------------------------------------------------------------
+    def drive(self, item: Item, engine, env: Env) -> Generator:
+        """Yield ``engine.Request``s, receive ``engine.Generation``s, return the item's record (a dict
+        with at least ``text``, ``n_prompt_tokens``, ``n_gen_tokens``, ``finish_reason``). Nothing
+        here executes what the model wrote, except inside the sandbox (BFCL multi-turn)."""
+        raise NotImplementedError
+
+    def open_env(self, source: dict, stage: str) -> Env:
+        """The job's environment for ``stage`` ("generate" or "score"); a sandbox executor where needed."""
+        return Env(source)
+
+    def scoring_setup(self) -> dict:
+        """Check what scoring needs before anything runs (the sandbox backend) and describe it for the
+        manifest; raises a QuantladderError with install instructions where it is missing."""
+        return {}
+
+    def item_weights(self, verdicts: list[dict]) -> dict[str, float] | None:
+        """Per-item weights of the headline when it is a weighted mean of verdicts (None: plain mean)."""
+        return None
+
+    # -- scoring ------------------------------------------------------------------------------
+    def verdicts(self, items: list[Item], generations: dict[str, dict], ctx: ScoringContext) -> list[dict]:
+        """One verdict per item with a generation: ``{item_id, correct, error_type, subset, ...}``
+        (``score`` in [0, 1] where items earn partial credit, ``n_ctx`` where items have lengths)."""
+        raise NotImplementedError
+
+    def metric_rows(self, verdicts: list[dict], items: list[Item]) -> list[dict]:
+        """The benchmark's own figures (``quantladder.metrics.row``); the generic ones (errors by
+        type, loops, generation cost) are added by the score stage."""
+        raise NotImplementedError
+
+    # -- anchor -------------------------------------------------------------------------------
+    def anchor_score(self, entry: dict) -> float:
+        """Reproduce an anchor's published score with this harness (the anchor gate's hook)."""
+        raise ConfigError(f"benchmark {self.name} has no anchor runner")
+
+    has_anchor_runner: ClassVar[bool] = False

@@ -1,0 +1,312 @@
+"""The one generation loop every task benchmark runs through.
+
+For one point and one benchmark it plans the items into *waves*, drives each wave through the
+engine (continuous batching over ``n_parallel`` sequences, :meth:`quantladder.engine.Engine.run`),
+and keeps every finished item:
+
+- **Waves** make the batch mates a function of the plan, never of timing: items are grouped by the
+  context they need (RULER's lengths), kept in their fixed order, and cut into waves of
+  ``n_parallel × wave_factor`` items; at ``n_parallel = 1`` every item is a wave of its own, so its
+  reply does not depend on any other item (a larger ``limit`` or a subset reproduces it). A stored
+  reply is reused only under the same generation key, for the same item content and the same wave
+  (batched llama.cpp output depends on batch mates: PR #6950, #7052), so a resumed run reproduces an
+  uninterrupted one byte for byte. A wave cut short by a kill is generated again whole; the replies
+  it had already saved are compared with the new ones (a mismatch is logged and counted: it would
+  mean the engine is not deterministic on this card).
+- **Resume by item id**: replies are appended (and fsynced) to a store beside the outputs, one
+  record per item, as each finishes; the declared output ``generations.jsonl`` is written at the end
+  with the plan's records in plan order. The store is not a Snakemake output, so a failed or killed
+  job (whose outputs Snakemake deletes) keeps what it paid for.
+- **Budgets**: before each wave the job's deadline (``quantladder.budget``: the rule's runtime,
+  Slurm's time left) is asked whether the wave still fits; if not, the job stops with exit 75
+  ("try again": the rerun resumes). A benchmark's own ``time_budget_s`` cap instead ends the job
+  early on purpose, and the point is ``incomplete`` with the count.
+- **One prompt-overflow rule**: a prompt that does not fit the per-sequence context is not decoded;
+  its record says ``finish_reason: prompt_too_long`` and the scorer counts the item as failed.
+- **One loop detector**: every record carries ``degenerate`` (:mod:`quantladder.loops`).
+- **Progress** a person can watch: items done / total, tokens/s and an ETA in the rule's log at
+  least every ``PROGRESS_EVERY_S`` seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import loops
+from .benchmarks.base import Benchmark, Item
+from .budget import Budget, BudgetReached
+from .io import JsonlFile, hash_obj, write_json
+
+log = logging.getLogger("quantladder.generation")
+
+PROGRESS_EVERY_S = 30.0
+DEFAULT_WAVE_FACTOR = 4
+STORE_NAME = ".generations.store.jsonl"
+# What a record keeps of a Generation (timings are kept too, but never compared).
+RECORD_FIELDS = ("text", "n_prompt_tokens", "n_gen_tokens", "finish_reason")
+
+
+AUTO_CHOICES = (16, 8, 4, 2, 1)
+DEFAULT_KV_BUDGET_MB = 2048
+
+
+def policy_of(cfg: dict, benchmark: str) -> dict:
+    """The batching policy of a benchmark's points: the `generation:` section with its defaults,
+    a benchmark's own `n_parallel` overriding it."""
+    from .manifest import generation_policy
+
+    g = {"n_parallel": "auto", "kv_budget_mb": DEFAULT_KV_BUDGET_MB, "wave_factor": DEFAULT_WAVE_FACTOR}
+    g.update({k: v for k, v in generation_policy(cfg, benchmark).items() if v is not None and k != "noise_floor"})
+    return g
+
+
+def resolve_n_parallel(policy: dict, info, n_ctx: int, kv: str = "f16") -> int:
+    """The sequences decoded together. ``auto``: the most of 16, 8, 4, 2, 1 whose KV cache
+    (sequences × the per-sequence context, predicted from the GGUF's metadata) fits
+    ``kv_budget_mb``. It depends only on the architecture, the context and the budget, so every
+    rung of a family gets the same value (comparisons within a card stay like for like)."""
+    n = policy.get("n_parallel", "auto")
+    if n != "auto":
+        return max(1, int(n))
+    if info is None or not n_ctx:
+        return 1
+    from .engine import parse_kv
+
+    k, v = parse_kv(kv)
+    per_seq = info.kv_bytes(int(n_ctx), k, v)
+    budget = int(policy.get("kv_budget_mb", DEFAULT_KV_BUDGET_MB)) << 20
+    for choice in AUTO_CHOICES:
+        if choice * per_seq <= budget:
+            return choice
+    return 1
+
+
+def item_sha(item: Item) -> str:
+    return hash_obj(item.to_json())[:16]
+
+
+@dataclass
+class Wave:
+    index: int
+    n_ctx: int
+    items: list[Item]
+    batched: bool  # False at n_parallel = 1: no batch mates, the wave key is None
+
+    @property
+    def key(self) -> str | None:
+        if not self.batched:
+            return None
+        return hash_obj([[it.id, item_sha(it)] for it in self.items])[:16]
+
+
+def plan(items: list[Item], bench: Benchmark, n_parallel: int, wave_factor: int = DEFAULT_WAVE_FACTOR) -> list[Wave]:
+    """Waves in generation order: ascending context, the items' own order within a context."""
+    by_ctx: dict[int, list[Item]] = {}
+    for it in items:
+        by_ctx.setdefault(bench.n_ctx(it), []).append(it)
+    size = 1 if n_parallel <= 1 else n_parallel * max(1, wave_factor)
+    waves: list[Wave] = []
+    for n_ctx in sorted(by_ctx):
+        group = by_ctx[n_ctx]
+        for i in range(0, len(group), size):
+            waves.append(Wave(len(waves), n_ctx, group[i:i + size], batched=n_parallel > 1))
+    return waves
+
+
+def peak_rss_bytes() -> int:
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(r if sys.platform == "darwin" else r * 1024)
+
+
+class Progress:
+    """Items done / total, tokens/s and an ETA in the log, at most every ``every_s`` seconds."""
+
+    def __init__(self, label: str, total: int, done: int, *, every_s: float = PROGRESS_EVERY_S, clock=time.time):
+        self.label, self.total, self.done = label, total, done
+        self.start_done = done
+        self.every_s = every_s
+        self.clock = clock
+        self.t0 = self.last = clock()
+        self.gen_tokens = self.prompt_tokens = 0
+
+    def step(self, n_prompt: int, n_gen: int) -> None:
+        self.prompt_tokens += n_prompt
+        self.gen_tokens += n_gen
+        if self.clock() - self.last >= self.every_s:
+            self.report()
+
+    def finished(self, n: int = 1) -> None:
+        self.done += n
+
+    def report(self, final: bool = False) -> str:
+        now = self.clock()
+        self.last = now
+        dt = max(now - self.t0, 1e-9)
+        made = self.done - self.start_done
+        eta = "—"
+        if made > 0 and self.done < self.total:
+            eta = _duration((self.total - self.done) * dt / made)
+        msg = (f"{self.label}: {self.done}/{self.total} items, {self.gen_tokens / dt:.1f} tokens/s generated, "
+               f"{self.prompt_tokens / dt:.1f} prompt tokens/s, {_duration(dt)} elapsed"
+               + ("" if final else f", ETA {eta}"))
+        log.info(msg)
+        return msg
+
+
+def _duration(s: float) -> str:
+    s = int(round(s))
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{sec:02d}s" if m else f"{sec}s")
+
+
+@dataclass
+class Result:
+    records: list[dict]
+    meta: dict = field(default_factory=dict)
+
+
+class Loop:
+    """One point's generation for one benchmark. ``engine_for(n_ctx) -> Engine`` opens the engine
+    for a context (the caller's point settings: model, KV types, GPU layers, n_parallel)."""
+
+    def __init__(self, bench: Benchmark, items: list[Item], *, key: str, store_dir: str | os.PathLike,
+                 engine_for: Callable[[int], object], n_parallel: int, wave_factor: int = DEFAULT_WAVE_FACTOR,
+                 budget: Budget | None = None, time_budget_s: float | None = None, label: str = "",
+                 env=None, progress_every_s: float = PROGRESS_EVERY_S):
+        self.bench, self.items, self.key = bench, items, key
+        self.store = JsonlFile(Path(store_dir) / STORE_NAME)
+        self.engine_for = engine_for
+        self.n_parallel = max(1, int(n_parallel))
+        self.waves = plan(items, bench, self.n_parallel, wave_factor)
+        self.wave_size = 1 if self.n_parallel == 1 else self.n_parallel * max(1, wave_factor)
+        self.budget = budget or Budget(None, source="none")
+        self.time_budget_s = time_budget_s
+        self.label = label or bench.name
+        self.env = env
+        self.progress_every_s = progress_every_s
+
+    # -- the store ----------------------------------------------------------------------------
+    def _load(self) -> dict[tuple, dict]:
+        have: dict[tuple, dict] = {}
+        for r in self.store.repair():
+            if r.get("key") == self.key:
+                have[(r.get("item_id"), r.get("item_sha"), r.get("wave"))] = r
+        return have
+
+    def _lookup(self, have, wave: Wave, item: Item) -> dict | None:
+        return have.get((item.id, item_sha(item), wave.key))
+
+    # -- the loop -----------------------------------------------------------------------------
+    def run(self) -> Result:
+        have = self._load()
+        total = len(self.items)
+        done0 = sum(1 for w in self.waves for it in w.items if self._lookup(have, w, it) is not None)
+        log.info("%s: %d items in %d waves (n_parallel %d), %d already generated, %d to go",
+                 self.label, total, len(self.waves), self.n_parallel, done0, total - done0)
+        progress = Progress(self.label, total, done0, every_s=self.progress_every_s)
+        t_start = time.time()
+        stopped = None
+        mismatches = 0
+        groups: dict[int, dict] = {}
+        engines: dict[int, dict] = {}
+        engine, engine_ctx = None, None
+        try:
+            for wave in self.waves:
+                missing = [it for it in wave.items if self._lookup(have, wave, it) is None]
+                if not missing:
+                    continue
+                if self.time_budget_s is not None and time.time() - t_start > self.time_budget_s:
+                    stopped = f"the benchmark's time_budget_s ({self.time_budget_s:g} s) ran out"
+                    break
+                self.budget.check(done=progress.done, total=total)  # raises BudgetReached (exit 75)
+                if engine_ctx != wave.n_ctx:
+                    if engine is not None:
+                        engine.close()
+                    engine = self.engine_for(wave.n_ctx)
+                    engine_ctx = wave.n_ctx
+                    engines[wave.n_ctx] = dict(getattr(engine, "resolved", {}) or {})
+                g = groups.setdefault(wave.n_ctx, {"items": 0, "prompt_tokens": 0, "gen_tokens": 0, "seconds": 0.0,
+                                                   "waves": 0, "peak_rss_bytes": 0})
+                t0 = time.time()
+                with self.budget.item():
+                    mismatches += self._run_wave(engine, wave, have, progress, g)
+                g["seconds"] += time.time() - t0
+                g["waves"] += 1
+                g["peak_rss_bytes"] = max(g["peak_rss_bytes"], peak_rss_bytes())
+        finally:
+            if engine is not None:
+                engine.close()
+        records = [r for w in self.waves for it in w.items if (r := self._lookup(have, w, it)) is not None]
+        progress.report(final=True)
+        meta = {"benchmark": self.bench.name, "key": self.key, "planned": total, "generated": len(records),
+                "complete": len(records) == total, "stopped": stopped, "n_parallel": self.n_parallel,
+                "wave_size": self.wave_size, "n_waves": len(self.waves), "groups": {str(k): v for k, v in groups.items()},
+                "engine": {str(k): v for k, v in engines.items()}, "replay_mismatches": mismatches,
+                "seconds": round(time.time() - t_start, 3)}
+        return Result(records, meta)
+
+    def _run_wave(self, engine, wave: Wave, have: dict, progress: Progress, group: dict) -> int:
+        """Generate a whole wave (batch mates must be the planned ones); keep new records, compare
+        replayed ones. Returns the number of replayed items whose reply differs from the stored one."""
+        drivers = [self.bench.drive(it, engine, self.env) for it in wave.items]
+        mismatches = 0
+
+        def on_finish(i: int, rec: dict) -> None:
+            nonlocal mismatches
+            it = wave.items[i]
+            rec = dict(rec)
+            rec.setdefault("degenerate", loops.is_degenerate(rec.get("text", ""), rec.get("n_gen_tokens"),
+                                                             rec.get("finish_reason")))
+            rec.update({"item_id": it.id, "item_sha": item_sha(it), "key": self.key, "wave": wave.key,
+                        "subset": it.subset, "n_ctx": wave.n_ctx})
+            old = self._lookup(have, wave, it)
+            if old is not None:
+                if any(old.get(f) != rec.get(f) for f in RECORD_FIELDS):
+                    mismatches += 1
+                    log.warning("%s: item %s replayed in wave %d differs from its stored reply (the engine is not "
+                                "deterministic here); the stored reply is kept", self.label, it.id, wave.index)
+            else:
+                self.store.append(rec)
+                have[(it.id, rec["item_sha"], wave.key)] = rec
+                progress.finished()
+            group["items"] += 1
+            group["prompt_tokens"] += int(rec.get("n_prompt_tokens") or 0)
+            group["gen_tokens"] += int(rec.get("n_gen_tokens") or 0)
+
+        run = getattr(engine, "run", None)
+        if run is None:
+            _run_one_by_one(engine, drivers, on_finish, progress.step)
+        else:
+            run(drivers, on_finish, progress.step)
+        return mismatches
+
+
+def _run_one_by_one(engine, drivers, on_finish, on_step) -> None:
+    """Drive each driver alone with ``engine.generate`` (engines without continuous batching)."""
+    for i, d in enumerate(drivers):
+        try:
+            req = next(d)
+            while True:
+                gen = engine.generate(list(req.prompt), max_tokens=req.max_tokens, stop=req.stop)
+                on_step(gen.n_prompt_tokens, gen.n_gen_tokens)
+                req = d.send(gen)
+        except StopIteration as stop:
+            on_finish(i, stop.value)
+
+
+def write_outputs(result: Result, generations_path: str | os.PathLike, meta_path: str | os.PathLike,
+                  extra: dict | None = None) -> None:
+    """The declared outputs: the plan's records in plan order, then the meta file (written last)."""
+    JsonlFile(generations_path).write(result.records)
+    write_json(meta_path, {**result.meta, **(extra or {})})
+
+
+__all__ = ["Loop", "Wave", "plan", "write_outputs", "Result", "BudgetReached", "Progress"]

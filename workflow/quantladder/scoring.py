@@ -1,0 +1,151 @@
+"""The one score stage every task benchmark runs through: saved generations -> verdicts -> rows.
+
+It never generates. Per point it
+- checks that the generations are the planned ones (an empty or short file is ``incomplete`` with the
+  count, never a complete-looking point; a file of other items is an error naming it);
+- applies the one prompt-overflow rule (a prompt that did not fit was never decoded: the item fails
+  with ``prompt_too_long``) and hands every other item to the benchmark's ``verdicts``, in chunks
+  whose verdicts are appended to a store as they come (a killed scoring job resumes), keyed by the
+  scoring key and the reply's hash;
+- writes the benchmark's own rows plus the figures every task has, under one name each: failed items
+  by error type, repetition loops, the generation's cost (items, tokens, seconds, peak memory, the
+  predicted KV cache, ``n_parallel``) per context.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from . import metrics
+from .benchmarks.base import Benchmark, Item, ScoringContext
+from .budget import Budget
+from .io import JsonlFile, hash_obj
+
+log = logging.getLogger("quantladder.scoring")
+
+STORE_NAME = ".verdicts.store.jsonl"
+CHUNK = 16  # items per call of the benchmark's scorer between store appends
+PROMPT_TOO_LONG = "prompt_too_long"
+
+
+def reply_sha(rec: dict) -> str:
+    keep = {k: rec.get(k) for k in ("text", "code", "turns", "finish_reason")}
+    return hash_obj(keep)[:16]
+
+
+class Outcome:
+    def __init__(self, verdicts: list[dict], rows: list[dict], status: str | None, reason: str | None, facts: dict):
+        self.verdicts, self.rows, self.status, self.reason, self.facts = verdicts, rows, status, reason, facts
+
+
+def score(bench: Benchmark, items: list[Item], records: list[dict], gen_meta: dict, *, key: str,
+          store_dir: str | Path, ctx: ScoringContext, kv_info=None, kv: str = "f16",
+          budget: Budget | None = None) -> Outcome:
+    by_id = {r["item_id"]: r for r in records}
+    planned = {it.id for it in items}
+    stray = sorted(set(by_id) - planned)
+    if stray:
+        from .errors import DataError
+
+        raise DataError(f"generations of items that are not in the items file ({len(stray)}, e.g. {stray[:3]}): "
+                        "they were made for another item set; rerun the generate rule")
+    todo = [it for it in items if it.id in by_id]
+    store = JsonlFile(Path(store_dir) / STORE_NAME)
+    have = {(v.get("item_id"), v.get("reply_sha")): v for v in store.repair() if v.get("key") == key}
+    verdicts: dict[str, dict] = {}
+    pending: list[Item] = []
+    for it in todo:
+        rec = by_id[it.id]
+        old = have.get((it.id, reply_sha(rec)))
+        if old is not None:
+            verdicts[it.id] = old
+        elif rec.get("finish_reason") == PROMPT_TOO_LONG and not rec.get("n_gen_tokens"):
+            verdicts[it.id] = _stamp({"item_id": it.id, "correct": False, "error_type": PROMPT_TOO_LONG,
+                                      "detail": "the prompt does not fit the context: not decoded"}, it, rec, key)
+        else:
+            pending.append(it)
+    if len(verdicts) < len(todo):
+        log.info("%s: scoring %d items (%d already scored)", bench.name, len(pending), len(todo) - len(pending))
+    bud = budget or Budget(None, source="none")
+    for i in range(0, len(pending), CHUNK):
+        bud.check(done=len(verdicts), total=len(todo), what="items scored")
+        chunk = pending[i:i + CHUNK]
+        with bud.item():
+            got = bench.verdicts(chunk, {it.id: by_id[it.id] for it in chunk}, ctx)
+        by = {v["item_id"]: v for v in got}
+        for it in chunk:
+            if it.id not in by:
+                from .errors import DataError
+
+                raise DataError(f"{bench.name}: the scorer returned no verdict for {it.id}")
+            v = _stamp(dict(by[it.id]), it, by_id[it.id], key)
+            store.append(v)
+            verdicts[it.id] = v
+    ordered = [verdicts[it.id] for it in todo]
+    rows = bench.metric_rows(ordered, items) if ordered else []
+    rows += common_rows(ordered, gen_meta, kv_info=kv_info, kv=kv)
+    status, reason = completeness(len(items), ordered, gen_meta)
+    facts = {"planned": len(items), "generated": len(records), "scored": len(ordered)}
+    return Outcome(ordered, rows, status, reason, facts)
+
+
+def _stamp(v: dict, item: Item, rec: dict, key: str) -> dict:
+    """What every verdict carries besides the benchmark's own fields."""
+    v["item_id"] = item.id
+    v["subset"] = v.get("subset", item.subset)
+    if item.n_ctx is not None:
+        v.setdefault("n_ctx", item.n_ctx)
+    v["degenerate"] = bool(rec.get("degenerate"))
+    v["correct"] = bool(v.get("correct"))
+    v["key"] = key
+    v["reply_sha"] = reply_sha(rec)
+    return v
+
+
+def completeness(planned: int, verdicts: list[dict], gen_meta: dict) -> tuple[str | None, str | None]:
+    """A point is never complete with fewer verdicts than planned items."""
+    if planned == 0:
+        return "absent", "the benchmark planned no items for this point (see its items.json)"
+    if len(verdicts) < planned:
+        why = gen_meta.get("stopped") or "the generation stopped early"
+        return "incomplete", f"{len(verdicts)} of {planned} items scored ({why})"
+    return None, None
+
+
+def common_rows(verdicts: list[dict], gen_meta: dict, *, kv_info=None, kv: str = "f16") -> list[dict]:
+    """The figures every task benchmark has, each under its one registered name."""
+    rows: list[dict] = []
+    n = len(verdicts)
+    if n:
+        for err, k in sorted(Counter(v.get("error_type") for v in verdicts if v.get("error_type")).items()):
+            rows.append(metrics.row("error_items", k, n=n, subset=str(err)))
+        deg = sum(bool(v.get("degenerate")) for v in verdicts)
+        rows.append(metrics.row("degenerate_items", deg, n=n))
+        rows.append(metrics.row("degenerate_share", 100.0 * deg / n, n=n))
+        by_ctx: dict[int, list[dict]] = defaultdict(list)
+        for v in verdicts:
+            if v.get("n_ctx") is not None:
+                by_ctx[int(v["n_ctx"])].append(v)
+        if len(by_ctx) > 1:
+            for c, vs in sorted(by_ctx.items()):
+                d = sum(bool(v.get("degenerate")) for v in vs)
+                rows.append(metrics.row("degenerate_items", d, n=len(vs), n_ctx=c))
+                rows.append(metrics.row("degenerate_share", 100.0 * d / len(vs), n=len(vs), n_ctx=c))
+    if gen_meta.get("n_parallel") is not None:
+        rows.append(metrics.row("n_parallel", int(gen_meta["n_parallel"])))
+    for c, g in sorted((gen_meta.get("groups") or {}).items(), key=lambda kv_: int(kv_[0])):
+        c = int(c)
+        rows.append(metrics.row("generation_items", g["items"], n_ctx=c))
+        rows.append(metrics.row("generation_prompt_tokens", g["prompt_tokens"], n_ctx=c))
+        rows.append(metrics.row("generation_output_tokens", g["gen_tokens"], n_ctx=c))
+        rows.append(metrics.row("generation_seconds", round(g["seconds"], 3), n_ctx=c))
+        if g.get("peak_rss_bytes"):
+            rows.append(metrics.row("peak_mem_bytes", g["peak_rss_bytes"], n_ctx=c, subset="rss"))
+        if kv_info is not None:
+            from .engine import parse_kv
+
+            k, v = parse_kv(kv)
+            rows.append(metrics.row("kv_bytes_predicted", kv_info.kv_bytes(c, k, v), n_ctx=c))
+    return rows
