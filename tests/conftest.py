@@ -66,3 +66,15 @@ def smollm_q4km(smollm_f16) -> Path:
 @pytest.fixture(scope="session")
 def smollm_q2k(smollm_f16) -> Path:
     return _rung(smollm_f16, "Q2_K")
+
+
+@pytest.fixture(scope="session")
+def fixture_dataset(tmp_path_factory) -> Path:
+    """The report/recommender dataset, made by the real producers on canned inputs
+    (tests/fixtures/dataset/make_fixture.py)."""
+    sys.path.insert(0, str(REPO / "tests" / "fixtures" / "dataset"))
+    try:
+        import make_fixture
+    finally:
+        sys.path.pop(0)
+    return make_fixture.build(tmp_path_factory.mktemp("fixture-dataset"))

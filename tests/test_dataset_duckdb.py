@@ -6,14 +6,13 @@ import duckdb
 
 from quantladder import dataset
 
-FIXTURE = Path(__file__).parent / "fixtures" / "dataset" / "points.parquet"
 
 
-def test_duckdb_reads_the_dataset_schema():
+def test_duckdb_reads_the_dataset_schema(fixture_dataset):
     con = duckdb.connect()
-    cols = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet('{FIXTURE}')").fetchall()]
+    cols = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet('{fixture_dataset}')").fetchall()]
     assert cols == [c for c, _, _ in dataset.COLUMNS]
-    n_units = con.execute(f"SELECT count(*) FROM read_parquet('{FIXTURE}') WHERE unit IS NULL").fetchone()[0]
+    n_units = con.execute(f"SELECT count(*) FROM read_parquet('{fixture_dataset}') WHERE unit IS NULL").fetchone()[0]
     assert n_units == 0
 
 

@@ -2,7 +2,7 @@
 
 import math
 
-from quantladder import flips
+from quantladder import aggregate as flips
 
 
 def v(pairs):
@@ -29,6 +29,6 @@ def test_reference_against_itself_has_no_flips_and_rows_have_units():
     ref = v([(i, i % 3 == 0) for i in range(30)])
     f = flips.flips(ref, ref)
     assert f["flip_rate_pct"] == 0.0
-    rows = flips.metric_rows(f, subset="all")
+    rows = flips.flip_metric_rows(f, subset="all")
     assert {r["metric"] for r in rows} == {"flip_rate", "flips_right_to_wrong", "flips_wrong_to_right"}
     assert all(r["unit"] == "%" and r["n"] == 30 for r in rows)

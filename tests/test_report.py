@@ -17,13 +17,12 @@ from quantladder import cli, report
 from quantladder import dataset_view as dv
 from quantladder.errors import DataError
 
-FIXTURE = Path(__file__).parent / "fixtures" / "dataset" / "points.parquet"
 
 
 @pytest.fixture(scope="module")
-def html_path(tmp_path_factory) -> Path:
+def html_path(fixture_dataset, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("report") / "cpu-test" / "report.html"
-    report.build(FIXTURE, out, card="cpu-test")
+    report.build(fixture_dataset, out, card="cpu-test")
     return out
 
 
@@ -69,10 +68,10 @@ def test_curves_per_family_and_metric(page):
         f.querySelector('svg').getBoundingClientRect().width])""")
     got = {(f, bm, m) for f, bm, m, _, _ in figs}
     for fam in ("big", "small"):
-        for bm, m in [("bfcl", "accuracy_items_run"), ("bfcl", "accuracy"), ("bfcl", "flip_rate"),
-                      ("bfcl", "degenerate_loops"), ("ruler", "score_avg"), ("perplexity", "ppl"),
+        for bm, m in [("bfcl", "accuracy"), ("bfcl", "flip_rate"),
+                      ("bfcl", "degenerate_items"), ("ruler", "score_avg"), ("perplexity", "ppl"),
                       ("perplexity", "kld_mean"), ("perplexity", "same_top_token"), ("speed", "tg_tokens_per_s"),
-                      ("memory", "peak_rss_bytes"), ("memory", "kv_bytes_predicted"), ("energy", "joules_per_token")]:
+                      ("memory", "peak_mem_bytes"), ("memory", "kv_bytes_predicted"), ("energy", "joules_per_generated_token")]:
             assert (fam, bm, m) in got, (fam, bm, m)
     for fam, bm, m, text, width in figs:
         assert "bits per weight (bits)" in text, (fam, bm, m)
@@ -82,8 +81,8 @@ def test_curves_per_family_and_metric(page):
     # two KV types on both families: both in the legend; bytes are shown in GiB/MiB
     tg = next(t for f, bm, m, t, _ in figs if (f, bm, m) == ("big", "speed", "tg_tokens_per_s"))
     assert "KV q8_0" in tg and "tg_tokens_per_s (tokens/s)" in tg
-    rss = next(t for f, bm, m, t, _ in figs if (f, bm, m) == ("big", "memory", "peak_rss_bytes"))
-    assert "peak_rss_bytes (GiB)" in rss
+    rss = next(t for f, bm, m, t, _ in figs if (f, bm, m) == ("big", "memory", "peak_mem_bytes"))
+    assert "peak_mem_bytes (GiB)" in rss
     # kv_bytes_predicted is measured at two contexts: one line per (KV type, n_ctx)
     kv = next(t for f, bm, m, t, _ in figs if (f, bm, m) == ("big", "memory", "kv_bytes_predicted"))
     assert "KV f16 · n_ctx 4096" in kv and "KV f16 · n_ctx 32768" in kv
@@ -94,10 +93,10 @@ def test_overview_one_plot_per_metric_one_line_per_family_and_kv(page):
     figs = b.js("""return [...document.querySelectorAll('figure[data-kind=overview]')].map(f => [
         f.dataset.benchmark, f.dataset.metric, [...f.querySelectorAll('svg text')].map(t => t.textContent).join('|')])""")
     got = {(bm, m): t for bm, m, t in figs}
-    for key in [("bfcl", "accuracy_items_run"), ("ruler", "score_avg"), ("perplexity", "kld_mean"),
-                ("speed", "tg_tokens_per_s"), ("memory", "peak_rss_bytes"), ("energy", "joules_per_token")]:
+    for key in [("bfcl", "accuracy"), ("ruler", "score_avg"), ("perplexity", "kld_mean"),
+                ("speed", "tg_tokens_per_s"), ("memory", "peak_mem_bytes"), ("energy", "joules_per_generated_token")]:
         assert key in got, key
-    text = got[("bfcl", "accuracy_items_run")]
+    text = got[("bfcl", "accuracy")]
     for label in ("big · KV f16", "big · KV q8_0", "small · KV f16", "small · KV q8_0", "incomplete"):
         assert label in text
     assert "tg_tokens_per_s (tokens/s) at tg128" in got[("speed", "tg_tokens_per_s")]
@@ -107,7 +106,7 @@ def test_overview_one_plot_per_metric_one_line_per_family_and_kv(page):
 def test_error_bars_drawn(page):
     b, _ = page
     # matplotlib draws error bars as a LineCollection (<g id="...LineCollection_1">) per series
-    n = b.js("""const f = document.querySelector('figure[data-kind=curve][data-family=big][data-metric=accuracy_items_run]');
+    n = b.js("""const f = document.querySelector('figure[data-kind=curve][data-family=big][data-metric=accuracy]');
                 return f.querySelectorAll('g[id*=LineCollection]').length""")
     assert n >= 2  # one per KV type
 
@@ -116,7 +115,7 @@ def test_unanchored_and_incomplete_are_marked(page):
     b, _ = page
     legend = b.js("""const q = s => [...document.querySelectorAll(s + ' svg text')].map(t => t.textContent).join('|');
         return [q('figure[data-kind=curve][data-family=big][data-metric=score_avg]'),
-                q('figure[data-kind=curve][data-family=small][data-metric=accuracy_items_run]'),
+                q('figure[data-kind=curve][data-family=small][data-metric=accuracy]'),
                 q('figure[data-kind=curve][data-family=big][data-metric=ppl]')]""")
     assert "unanchored" in legend[0]
     assert "incomplete" in legend[1]
@@ -133,8 +132,8 @@ def test_anchor_status_table(page):
         r => [...r.cells].map(c => c.textContent))""")
     by = {r[0]: r for r in rows}
     assert set(by) == {"bfcl", "energy", "humaneval", "memory", "perplexity", "ruler", "speed"}
-    assert by["humaneval"][1] == "blocked" and by["humaneval"][6] == "7"
-    assert "anchor deviates 7.2 points" in by["humaneval"][7]
+    assert by["humaneval"][1] == "blocked" and by["humaneval"][7] == "7"
+    assert "anchor deviates 7.2 points" in by["humaneval"][8]
     assert by["ruler"][1] == "unanchored" and by["ruler"][3] == "7"
     assert by["bfcl"][1] == "incomplete" and by["bfcl"][2:5] == ["6", "0", "1"]
 
@@ -145,8 +144,8 @@ def test_point_and_manifest_tables(page):
         r => [...r.cells].map(c => c.textContent))""")
     assert [r[:2] for r in pts] == [["F16 (reference)", "f16"], ["Q8_0", "f16"], ["Q4_K_M", "f16"], ["Q4_K_M", "q8_0"]]
     header = b.js("return [...document.querySelectorAll('#table-points-big th')].map(c => c.textContent)")
-    i = header.index("bfcl accuracy_items_run")
-    assert pts[2][i] == "75.0 ± 4.0 %"
+    i = header.index("bfcl accuracy")
+    assert pts[2][i] == "75.0 ± 1.5 %"  # the headline's se from the verdicts (test_recommend shows the sum)
     man = b.js("""return [...document.querySelectorAll('#table-manifest-cpu-test tbody tr')].map(
         r => [...r.cells].map(c => c.textContent))""")
     mh = b.js("return [...document.querySelectorAll('#table-manifest-cpu-test th')].map(c => c.textContent)")
@@ -154,7 +153,8 @@ def test_point_and_manifest_tables(page):
     assert {"manifest hash", "GGUF sha256", "data hash", "llama-cpp-python", "libllama sha256", "card"} <= set(mh)
     blocked = [r for r in man if r[3] == "humaneval"]
     assert all(r[4] == "blocked" for r in blocked)
-    full = b.js("return document.querySelector('#table-manifest-cpu-test code').title")
+    col = mh.index("GGUF sha256")
+    full = b.js(f"return document.querySelector('#table-manifest-cpu-test tbody tr').cells[{col}].querySelector('code').title")
     assert re.fullmatch(r"[0-9a-f]{64}", full)
 
 
@@ -163,11 +163,20 @@ def test_degenerate_and_flip_tables(page):
     deg = b.js("""return [...document.querySelectorAll('#table-degenerate-cpu-test tbody tr')].map(
         r => [r.className, ...[...r.cells].map(c => c.textContent)])""")
     loops = [r for r in deg if "loops" in r[0]]
-    assert len(loops) == 1 and loops[0][1:4] == ["big", "Q4_K_M", "q8_0"] and loops[0][7] == "7 of 100"
+    assert {tuple(r[1:6]) for r in loops} == {("big", "Q4_K_M", "q8_0", "bfcl", "degenerate_items"),
+                                               ("big", "Q4_K_M", "q8_0", "bfcl", "degenerate_share")}
+    assert [r[7] for r in loops if r[5] == "degenerate_items"] == ["7 items of 1000"]
     flips = b.js("""return [...document.querySelectorAll('#table-flips-cpu-test tbody tr')].map(
         r => [...r.cells].map(c => c.textContent))""")
-    assert len(flips) == 5  # every non-reference point
-    assert flips[0][:4] == ["big", "Q8_0", "f16", "bfcl"] and flips[0][4] == "6.0 ± 2.4 %"
+    heads = b.js("return [...document.querySelectorAll('#table-flips-cpu-test th')].map(c => c.textContent)")
+    # every non-reference point with a same-KV reference (the q8_0 points have none), per benchmark
+    assert sorted(tuple(r[:4]) for r in flips) == sorted(
+        (f, r, "f16", b) for f, r in (("big", "Q8_0"), ("big", "Q4_K_M"), ("small", "Q8_0")) for b in ("bfcl", "ruler"))
+    row = next(r for r in flips if r[:4] == ["big", "Q8_0", "f16", "bfcl"])
+    # 79 % vs 80 % in each of 10 categories of 100 items: 10 of 1000 right → wrong
+    assert row[heads.index("flip_rate")] == "1.00 ± 0.31 %"
+    assert row[heads.index("noise floor: flip rate")] == "0.100 ± 0.100 %"  # 1 of 1000
+    assert row[heads.index("noise floor: identical replies")] == "99.80 ± 0.14 %"  # 998 of 1000
 
 
 def test_pareto_fronts(page):
@@ -177,16 +186,16 @@ def test_pareto_fronts(page):
         [...f.querySelectorAll('tbody tr')].map(r => r.cells[0].textContent + '/' + r.cells[1].textContent + '/' + r.cells[2].textContent),
         [...f.querySelectorAll('svg text')].map(t => t.textContent).join('|')])""")
     kinds = {(bm, m, c) for bm, m, c, _, _ in fronts}
-    for cost in ("peak_rss_bytes", "tg_tokens_per_s", "joules_per_token"):
-        assert ("bfcl", "accuracy_items_run", cost) in kinds
+    for cost in ("peak_mem_bytes", "tg_tokens_per_s", "joules_per_generated_token"):
+        assert ("bfcl", "accuracy", cost) in kinds
         assert ("perplexity", "kld_mean", cost) in kinds
     # bfcl accuracy vs memory, by hand: rising memory must buy accuracy
-    (_, _, _, members, text), = [f for f in fronts if f[:3] == ["bfcl", "accuracy_items_run", "peak_rss_bytes"]]
+    (_, _, _, members, text), = [f for f in fronts if f[:3] == ["bfcl", "accuracy", "peak_mem_bytes"]]
     assert members == ["small/Q8_0/q8_0", "small/Q8_0/f16", "small/F16/f16", "big/Q4_K_M/q8_0",
                        "big/Q4_K_M/f16", "big/Q8_0/f16", "big/F16/f16"]
-    assert "Pareto front" in text and "peak_rss_bytes (GiB)" in text and "accuracy_items_run (%)" in text
+    assert "Pareto front" in text and "peak_mem_bytes (GiB)" in text and "accuracy (%)" in text
     # against speed: small/Q8_0/f16 (80 tokens/s, 59 %) beats small/Q8_0/q8_0 (78, 58) on both
-    (_, _, _, members, _), = [f for f in fronts if f[:3] == ["bfcl", "accuracy_items_run", "tg_tokens_per_s"]]
+    (_, _, _, members, _), = [f for f in fronts if f[:3] == ["bfcl", "accuracy", "tg_tokens_per_s"]]
     assert "small/Q8_0/q8_0" not in members and members[0] == "small/Q8_0/f16"
 
 
@@ -194,18 +203,18 @@ def test_cross_card_view(page):
     b, _ = page
     rows = b.js("""return [...document.querySelectorAll('#table-identical-cpu-test-gpu-b tbody tr')].map(
         r => [...r.cells].map(c => c.textContent))""")
-    assert rows == [["bfcl", "2", "6/20 (30.0 ± 10.2 %)"]]
+    assert rows == [["bfcl", "2", "6/2000 (0.3 ± 0.1 %)"]]
     deltas = b.js("""return [...document.querySelectorAll('#table-deltas-cpu-test-gpu-b tbody tr')].map(
         r => [...r.cells].map(c => c.textContent))""")
     tg = [r for r in deltas if r[:5] == ["big", "Q4_K_M", "f16", "speed", "tg_tokens_per_s"]]
-    assert tg and tg[0][6:] == ["35.00 ± 0.40 tokens/s", "35.35 ± 0.40 tokens/s", "0.35 ± 0.57 tokens/s"]
+    assert tg and tg[0][6:] == ["35.00 ± 0.32 tokens/s", "35.35 ± 0.32 tokens/s", "0.35 ± 0.45 tokens/s"]
 
 
 @pytest.fixture(scope="module")
-def gpu_b_html(tmp_path_factory) -> str:
+def gpu_b_html(fixture_dataset, tmp_path_factory) -> str:
     """gpu-b's report, built through the command line."""
     out = tmp_path_factory.mktemp("report") / "sub" / "report.html"
-    assert cli.main(["report", str(FIXTURE), str(out), "--card", "gpu-b"]) == 0
+    assert cli.main(["report", str(fixture_dataset), str(out), "--card", "gpu-b"]) == 0
     return out.read_text()
 
 
@@ -219,11 +228,11 @@ def test_curves_never_mix_cards(gpu_b_html):
     assert 'id="table-identical-gpu-b-cpu-test"' in html
 
 
-def test_identical_generations_counts():
-    df = dv.load(FIXTURE)
+def test_identical_generations_counts(fixture_dataset):
+    df = dv.load(fixture_dataset)
     ident = report.identical_generations(df, "cpu-test", "gpu-b")
     assert sorted(map(tuple, ident[["family", "rung", "kv", "n_items", "n_identical"]].values.tolist())) == [
-        ("big", "Q4_K_M", "f16", 10, 3), ("small", "Q8_0", "f16", 10, 3)]
+        ("big", "Q4_K_M", "f16", 1000, 3), ("small", "Q8_0", "f16", 1000, 3)]
 
 
 def test_pareto_front_function():
@@ -233,9 +242,9 @@ def test_pareto_front_function():
     assert report.pareto_front(pts, cost_lower=True, quality_higher=False) == [0]
 
 
-def test_unknown_card_and_missing_dataset(tmp_path):
+def test_unknown_card_and_missing_dataset(fixture_dataset, tmp_path):
     with pytest.raises(DataError, match="card 'nope' is not in the dataset"):
-        report.build(FIXTURE, tmp_path / "r.html", card="nope")
+        report.build(fixture_dataset, tmp_path / "r.html", card="nope")
     with pytest.raises(DataError, match="does not exist"):
         report.build(tmp_path / "none.parquet", tmp_path / "r.html")
     assert not (tmp_path / "r.html").exists()
@@ -245,13 +254,13 @@ def test_cli_report(gpu_b_html):
     assert gpu_b_html.startswith("<!DOCTYPE html>") and "Card gpu-b" in gpu_b_html
 
 
-def test_sparse_dataset_still_reports(tmp_path):
+def test_sparse_dataset_still_reports(fixture_dataset, tmp_path):
     """Missing bits per weight, no memory/energy rows, a failed benchmark: the report says so instead of failing."""
     import pandas as pd
 
     from quantladder import dataset
 
-    df = pd.read_parquet(FIXTURE)
+    df = pd.read_parquet(fixture_dataset)
     df = df[(df["card"] == "cpu-test") & ~df["benchmark"].isin(["memory", "energy"])].copy()
     df.loc[df["family"] == "small", "bits_per_weight"] = None
     df.loc[(df["benchmark"] == "perplexity") & (df["rung"] == "Q8_0"), ["status", "status_reason"]] = [

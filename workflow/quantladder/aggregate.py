@@ -1,73 +1,245 @@
-"""From per-point metrics files to the dataset: Parquet rows, flips, curves per family."""
+"""From per-point files to the dataset: Parquet rows, and every comparison between points, made here
+and only here.
+
+The comparisons, with their one documented choice of reference (docs/dataset.md):
+- **The reference of a point** is the family's reference rung on the same card, with the same KV-cache
+  type, benchmark, settings and series: the paired comparison isolates what the rung's quantization
+  costs. The KV axis itself is compared at the reference rung: (reference, KV q8_0) against
+  (reference, the family's first KV type). Perplexity/KLD differ on purpose: they are measured against
+  the reference rung's stored f16-KV log-probs (their KV cost is inside the figure).
+- **Flips** (``flip_rate`` and its two directions) and **identical replies**
+  (``identical_to_reference``) over the items both points have, whole and per subset.
+- **The noise floor**: the reference rung generated a second time at another batch setting (the
+  ``noise`` series, quantladder.config): the share of byte-identical replies (``noise_identical_share``)
+  and the verdict flip rate (``noise_flip_rate``) between two runs that should agree. A rung whose flip
+  rate is not above it has no loss the harness can attribute to quantization.
+- **Cross-card identity**: one ``generation_hash`` row per item, so the same points on two cards can be
+  compared reply by reply (the seeds: 21 of 148 identical); cards are never merged into one curve.
+- **One card key, one machine kind**: points under one card key whose card fingerprints differ are
+  refused, naming both.
+The per-item files it reads (verdicts.jsonl, generations.jsonl) are declared inputs of its rules.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+import math
 from pathlib import Path
 
-from . import dataset, flips
+from . import dataset, metrics
+from .errors import CardMismatchError
 from .io import read_json, read_jsonl
+from .metrics import TASK, Metric
 
 log = logging.getLogger(__name__)
 
+metrics.declare(
+    Metric("flip_rate", "%", "items whose verdict differs from the reference point's (either way)", (TASK,),
+           higher_is_better=False, stderr="se", group="flips"),
+    Metric("flips_right_to_wrong", "%", "items the reference got right and this point wrong", (TASK,),
+           higher_is_better=False, stderr="se", group="flips"),
+    Metric("flips_wrong_to_right", "%", "items the reference got wrong and this point right", (TASK,),
+           higher_is_better=True, stderr="se", group="flips"),
+    Metric("identical_to_reference", "%", "items whose reply is byte-identical to the reference point's", (TASK,),
+           higher_is_better=True, stderr="se", group="flips"),
+    Metric("noise_flip_rate", "%", "the noise floor: items whose verdict differs between the reference rung "
+           "and the same rung generated again at another batch setting", (TASK,), higher_is_better=False,
+           stderr="se", group="noise"),
+    Metric("noise_identical_share", "%", "the noise floor: items whose reply is byte-identical between those "
+           "two runs", (TASK,), higher_is_better=True, stderr="se", group="noise"),
+    Metric("generation_hash", "sha256[:52]", "one row per item (subset = item id): the first 52 bits of "
+           "sha256(reply), exact in a float64; the cross-card identical-output share compares them", (TASK,),
+           per_item=True),
+)
 
-def collect(metrics_paths: list[str]) -> list[dict]:
-    rows: list[dict] = []
-    for p in metrics_paths:
-        rows.extend(dataset.rows_from_point(p))
-    rows.extend(flip_rows(metrics_paths))
-    rows.extend(generation_hash_rows(metrics_paths))
-    return rows
+POINT_KEY = ("card", "family", "rung", "kv")
 
 
-def generation_hash_rows(metrics_paths: list[str]) -> list[dict]:
-    """One row per generated item (metric `generation_hash`, subset = item id), so the same
-    points on two cards can be compared output by output (the seeds: 21/148 identical)."""
-    from .dataset_view import generation_hash_value
+def _share(k: int, n: int) -> tuple[float | None, float | None]:
+    if n == 0:
+        return None, None
+    p = k / n
+    return 100 * p, 100 * math.sqrt(p * (1 - p) / n)
 
-    out = []
-    for p in map(Path, metrics_paths):
-        gens = p.with_name("generations.jsonl")
-        if not gens.exists():
-            continue
-        base = dataset.rows_from_point(p)[0]
-        for g in read_jsonl(gens):
-            if "item_id" not in g or g.get("text") is None:
-                continue
-            row = dict(base)
-            row.update({"metric": "generation_hash", "subset": str(g["item_id"]), "value": generation_hash_value(g["text"]),
-                        "unit": "sha256[:52]", "stderr": None, "n": 1, "n_ctx": g.get("n_ctx"), "higher_is_better": None})
-            out.append(row)
+
+def flips(reference: list[dict], other: list[dict]) -> dict:
+    """Verdict changes between two points over their common items, counted both ways (two rungs with
+    the same score can disagree on many items)."""
+    ref = {v["item_id"]: bool(v["correct"]) for v in reference}
+    oth = {v["item_id"]: bool(v["correct"]) for v in other}
+    common = sorted(set(ref) & set(oth))
+    n = len(common)
+    r2w = sum(1 for i in common if ref[i] and not oth[i])
+    w2r = sum(1 for i in common if not ref[i] and oth[i])
+    out = {"n_items": n, "right_to_wrong": r2w, "wrong_to_right": w2r,
+           "missing_in_reference": len(set(oth) - set(ref)), "missing_in_rung": len(set(ref) - set(oth))}
+    out["flip_rate_pct"], out["flip_rate_err_pct"] = _share(r2w + w2r, n)
+    out["right_to_wrong_pct"], out["right_to_wrong_err_pct"] = _share(r2w, n)
+    out["wrong_to_right_pct"], out["wrong_to_right_err_pct"] = _share(w2r, n)
     return out
 
 
-def flip_rows(metrics_paths: list[str]) -> list[dict]:
-    """Flips vs the reference rung (same card, family, KV type, benchmark), from verdicts.jsonl."""
-    groups: dict[tuple, dict[str, Path]] = defaultdict(dict)
-    docs: dict[Path, dict] = {}
-    for p in map(Path, metrics_paths):
-        verdicts = p.with_name("verdicts.jsonl")
-        if not verdicts.exists():
+def flip_metric_rows(f: dict, subset: str | None = None, noise: bool = False) -> list[dict]:
+    n = f["n_items"]
+    if not n:
+        return []
+    if noise:
+        return [metrics.row("noise_flip_rate", f["flip_rate_pct"], stderr=f["flip_rate_err_pct"], n=n, subset=subset)]
+    return [
+        metrics.row("flip_rate", f["flip_rate_pct"], stderr=f["flip_rate_err_pct"], n=n, subset=subset),
+        metrics.row("flips_right_to_wrong", f["right_to_wrong_pct"], stderr=f["right_to_wrong_err_pct"], n=n,
+                    subset=subset),
+        metrics.row("flips_wrong_to_right", f["wrong_to_right_pct"], stderr=f["wrong_to_right_err_pct"], n=n,
+                    subset=subset),
+    ]
+
+
+def identical(reference: list[dict], other: list[dict]) -> tuple[int, int]:
+    """(byte-identical replies, common items) between two generations files."""
+    ref = {g["item_id"]: g.get("text") for g in reference}
+    oth = {g["item_id"]: g.get("text") for g in other}
+    common = set(ref) & set(oth)
+    return sum(1 for i in common if ref[i] == oth[i]), len(common)
+
+
+class Point:
+    """One metrics.json with its manifest and, for a task benchmark, its per-item files."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.doc = read_json(self.path)
+        man = self.doc.get("manifest", {})
+        self.point = man.get("point", {})
+        self.benchmark = self.doc["benchmark"]
+        self.series = (man.get("keys") or {}).get("series", "points")
+        self.fingerprint = (man.get("card") or {}).get("fingerprint")
+        self.card_identity = man.get("card") or {}
+
+    @property
+    def key(self) -> tuple:
+        return tuple(self.point.get(k) for k in POINT_KEY)
+
+    def _file(self, name: str) -> list[dict] | None:
+        p = self.path.with_name(name)
+        return read_jsonl(p) if p.exists() else None
+
+    def verdicts(self) -> list[dict] | None:
+        return self._file("verdicts.jsonl")
+
+    def generations(self) -> list[dict] | None:
+        return self._file("generations.jsonl")
+
+    def base_row(self) -> dict:
+        return dataset.rows_from_point(self.path)[0]
+
+
+def check_fingerprints(points: list[Point]) -> None:
+    """One card key never holds two machine kinds (rule 3: same card only)."""
+    seen: dict[str, Point] = {}
+    for p in points:
+        card = p.point.get("card")
+        if p.fingerprint is None:
             continue
-        doc = read_json(p)
-        point = doc.get("manifest", {}).get("point", {})
-        key = (point.get("card"), point.get("family"), point.get("kv"), doc["benchmark"])
-        groups[key][point.get("rung")] = p
-        docs[p] = doc
+        first = seen.setdefault(card, p)
+        if first.fingerprint != p.fingerprint:
+            raise CardMismatchError(
+                f"card key {card!r} holds points of two machine kinds: {first.path} was measured on "
+                f"{first.card_identity.get('name')!r} (fingerprint {first.fingerprint}) and {p.path} on "
+                f"{p.card_identity.get('name')!r} (fingerprint {p.fingerprint}); outputs differ between them, so "
+                "they are never merged: let `card: auto` key them apart, or set `card:` per partition")
+
+
+def collect(metrics_paths: list[str]) -> list[dict]:
+    points = [Point(p) for p in metrics_paths]
+    check_fingerprints(points)
+    rows: list[dict] = []
+    for p in points:
+        if p.series == "points":
+            rows.extend(dataset.rows_from_point(p.path))
+    rows.extend(comparison_rows(points))
+    rows.extend(generation_hash_rows(points))
+    return rows
+
+
+def _with(base: dict, r: dict) -> dict:
+    row = dict(base)
+    row.update({k: r.get(k) for k in ("metric", "value", "unit", "stderr", "n", "subset", "n_ctx",
+                                      "higher_is_better")})
+    row["status"], row["status_reason"] = base.get("status"), base.get("status_reason")
+    return row
+
+
+def reference_of(p: Point, by_key: dict) -> Point | None:
+    """The point ``p`` is compared with (see the module's docstring), or None."""
+    card, fam, rung, kv = p.key
+    ref_rung = None
+    for q in by_key.values():
+        if q.point.get("family") == fam and q.point.get("is_reference"):
+            ref_rung = q.point.get("rung")
+            break
+    if ref_rung is None:
+        return None
+    if rung != ref_rung:
+        return by_key.get((card, fam, ref_rung, kv, p.benchmark))
+    kvs = sorted({q.point.get("kv") for q in by_key.values() if q.point.get("family") == fam
+                  and q.point.get("rung") == ref_rung and q.benchmark == p.benchmark},
+                 key=lambda k: (k != "f16", k))
+    base_kv = kvs[0] if kvs else kv
+    if kv == base_kv:
+        return None
+    return by_key.get((card, fam, ref_rung, base_kv, p.benchmark))
+
+
+def comparison_rows(points: list[Point]) -> list[dict]:
+    """Flips and identical replies vs each point's reference; the noise floor of each reference."""
+    tasks = [p for p in points if p.verdicts() is not None]
+    by_key = {(*p.key, p.benchmark): p for p in tasks if p.series == "points"}
+    out: list[dict] = []
+    for p in tasks:
+        if p.series == "noise":
+            twin = by_key.get((*p.key, p.benchmark))
+            if twin is not None:
+                out += _pair_rows(twin, p, twin.base_row(), noise=True)
+            continue
+        ref = reference_of(p, by_key)
+        if ref is not None:
+            out += _pair_rows(ref, p, p.base_row(), noise=False)
+    return out
+
+
+def _pair_rows(ref: Point, p: Point, base: dict, *, noise: bool) -> list[dict]:
+    rv, pv = ref.verdicts() or [], p.verdicts() or []
+    out = [_with(base, r) for r in flip_metric_rows(flips(rv, pv), None, noise)]
+    subsets = sorted({v.get("subset") for v in pv if v.get("subset")})
+    if len(subsets) > 1:
+        for s in subsets:
+            out += [_with(base, r) for r in flip_metric_rows(
+                flips([v for v in rv if v.get("subset") == s], [v for v in pv if v.get("subset") == s]), s, noise)]
+    same, n = identical(ref.generations() or [], p.generations() or [])
+    if n:
+        value, se = _share(same, n)
+        name = "noise_identical_share" if noise else "identical_to_reference"
+        out.append(_with(base, metrics.row(name, value, stderr=se, n=n)))
+    return out
+
+
+def generation_hash_rows(points: list[Point]) -> list[dict]:
+    """One row per generated item (metric `generation_hash`, subset = item id)."""
+    from .dataset_view import generation_hash_value
+
     out = []
-    for key, by_rung in groups.items():
-        ref = [p for p in by_rung.values() if docs[p]["manifest"]["point"].get("is_reference")]
-        if not ref:
+    for p in points:
+        if p.series != "points":
             continue
-        ref_verdicts = read_jsonl(ref[0].with_name("verdicts.jsonl"))
-        for rung, p in by_rung.items():
-            f = flips.flips(ref_verdicts, read_jsonl(p.with_name("verdicts.jsonl")))
-            base = dataset.rows_from_point(p)[0]
-            for r in flips.metric_rows(f):
-                row = dict(base)
-                row.update({k: r.get(k) for k in ("metric", "value", "unit", "stderr", "n", "subset", "n_ctx", "higher_is_better")})
-                out.append(row)
+        gens = p.generations()
+        if not gens:
+            continue
+        base = p.base_row()
+        for g in gens:
+            if "item_id" not in g or g.get("text") is None:
+                continue
+            out.append(_with(base, metrics.row("generation_hash", generation_hash_value(g["text"]), n=1,
+                                               subset=str(g["item_id"]), n_ctx=g.get("n_ctx"))))
     return out
 
 
@@ -75,7 +247,7 @@ def curve_table(rows: list[dict], family: str):
     """One family's curve: its rows sorted by bits per weight, with the change vs the reference rung.
 
     delta_vs_reference = value − reference value (same card, KV type, benchmark, metric, subset, n_ctx);
-    ratio_vs_reference = value / reference value.
+    ratio_vs_reference = value / reference value. The paired delta with its interval is in `delta`.
     """
     import pandas as pd
 
@@ -84,6 +256,7 @@ def curve_table(rows: list[dict], family: str):
         return df
     key = ["card", "kv", "benchmark", "metric", "subset", "n_ctx"]
     ref = df[df["is_reference"]][key + ["value"]].rename(columns={"value": "reference_value"})
+    ref = ref.drop_duplicates(subset=key)
     df = df.merge(ref, on=key, how="left")
     df["delta_vs_reference"] = df["value"] - df["reference_value"]
     df["ratio_vs_reference"] = df["value"] / df["reference_value"]

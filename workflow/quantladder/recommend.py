@@ -29,6 +29,7 @@ import pandas as pd
 import pulp
 
 from . import dataset_view as dv
+from . import metrics
 from .errors import QuantladderError
 
 EPS_TIE = 1e-6  # tie-break towards less memory, far below any score difference that matters
@@ -171,11 +172,15 @@ def _pick(rows: list[dict], ctx: int | None) -> dict | None:
 
 
 def _whole(rows: list[dict]) -> list[dict]:
-    """Record version of dataset_view.whole for one (point, benchmark, metric)."""
-    no_subset = [r for r in rows if r["subset"] is None]
-    if no_subset:
-        return no_subset
-    return rows if len({r["subset"] for r in rows}) == 1 else []
+    """Record version of dataset_view.whole for one (point, benchmark, metric): as the registry says."""
+    if not rows:
+        return rows
+    kind = metrics.whole_kind(rows[0]["metric"])
+    if kind == "only":
+        return rows
+    if kind == "null":
+        return [r for r in rows if r["subset"] is None]
+    return []
 
 
 def _memory(fig: dict, ctx: int, file_bytes) -> tuple[float, float, float, list[str]] | str:
@@ -216,10 +221,10 @@ def _memory(fig: dict, ctx: int, file_bytes) -> tuple[float, float, float, list[
 def default_weights(df: pd.DataFrame) -> tuple[dict[str, float], list[str]]:
     """Equal weights over the task benchmarks; perplexity agreement only when nothing else is measured."""
     notes = []
-    tasks = [b for b in dv.task_benchmarks(df) if b not in dv.RELATIVE_SCORE and dv.score_metric(df, b)]
+    tasks = [b for b in dv.task_benchmarks(df) if not dv.relative_score(b) and dv.score_metric(df, b)]
     if tasks:
         return {b: 1.0 for b in tasks}, notes
-    rel = [b for b in dv.RELATIVE_SCORE if (df["benchmark"] == b).any() and dv.score_metric(df, b)]
+    rel = [b for b in dv.task_benchmarks(df) if dv.relative_score(b) and dv.score_metric(df, b)]
     if rel:
         notes.append("only perplexity is measured: the score is top-token agreement with each family's own "
                      "reference, which ranks rungs within a family but not families against each other")
@@ -256,7 +261,7 @@ def candidates(df: pd.DataFrame, ctx: int, weights: dict[str, float] | None = No
         if len(cards) > 1:
             raise RecommendError(f"the dataset holds several cards {cards}: name one (figures differ between cards)")
         card = cards[0] if cards else None
-    df = df[(df["card"] == card) & (df["metric"] != "generation_hash")]  # per-item rows: not figures
+    df = df[(df["card"] == card) & ~df["metric"].isin(metrics.per_item_metrics())]  # per-item rows: not figures
     if df.empty:
         raise RecommendError(f"no rows for card {card!r} in the dataset (cards: {cards})")
     notes: list[str] = []

@@ -23,24 +23,24 @@ from pathlib import Path
 import pandas as pd
 
 from . import dataset_view as dv
+from . import metrics as qmetrics
+from . import status as qstatus
 from .errors import DataError
 from .io import atomic_path
 
 log = logging.getLogger("quantladder.report")
 
 STATUS_MARK = {  # how a point's status is drawn: matplotlib marker, filled?
-    "ok": ("o", True), "unanchored": ("o", False), "incomplete": ("x", True), "failed": ("x", True),
-    "blocked": ("x", True),
+    "ok": ("o", True), "unanchored": ("o", False), "incomplete": ("x", True), "absent": ("x", True),
+    "failed": ("x", True), "blocked": ("x", True),
 }
 KV_MARKERS = ["o", "s", "^", "D", "v", "P", "*", "h"]
 MAX_SERIES = 12
 # Subsets that summarise others (BFCL's aggregates, ...): drawn first when not every subset fits.
 AGGREGATE_SUBSETS = ("items_run", "non_live", "live", "multi_turn", "simple", "irrelevance", "relevance")
-COST_AXES = [  # (key, title, metric preference, lower is better)
-    ("memory", "memory", ("peak_vram_bytes", "peak_rss_bytes", "predicted_total_bytes", "weights_bytes"), True),
-    ("speed", "generation speed", ("tg_tokens_per_s",), False),
-    ("energy", "energy per token", ("joules_per_token",), True),
-]
+# The Pareto fronts' cost axes: (measure, title, lower is better); the metric is each measure's
+# preferred axis the dataset holds (quantladder.metrics: pareto_cost).
+COST_AXES = [("memory", "memory", True), ("speed", "generation speed", False), ("energy", "energy per token", True)]
 BYTES_SCALE = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 
 
@@ -327,7 +327,8 @@ def pareto_section(F: Figures, df: pd.DataFrame, card: str) -> str:
         for m in dv.headline_metrics(df, b):
             qualities.append((b, m))
     missing_costs = []
-    for ckey, ctitle, cmetrics, lower in COST_AXES:
+    for ckey, ctitle, lower in COST_AXES:
+        cmetrics = tuple(qmetrics.pareto_costs(ckey))
         cost, cmetric, cwhere = _point_values(df, ckey, cmetrics)
         if cmetric is None:
             missing_costs.append(f"{ctitle} ({', '.join(cmetrics)} rows of benchmark {ckey})")
@@ -430,9 +431,7 @@ def status_section(df: pd.DataFrame) -> str:
 
 
 def _worst(statuses) -> str:
-    order = {s: i for i, s in enumerate(dv.STATUSES_ORDER)}
-    vals = [s or "ok" for s in statuses]
-    return max(vals, key=lambda s: order.get(s, 0)) if vals else "ok"
+    return qstatus.worst(statuses)
 
 
 def points_table(df: pd.DataFrame, family: str) -> str:
@@ -514,10 +513,10 @@ def family_section(F: Figures, df: pd.DataFrame, family: str) -> str:
 
 
 def degenerate_section(df: pd.DataFrame, card: str) -> str:
-    g = dv.figures(df[df["metric"].str.startswith("degenerate", na=False)])
+    g = dv.figures(df[df["metric"].isin([m for m in qmetrics.in_group("loops") if m.startswith("degenerate")])])
     if g.empty:
         return ('<p class="note" id="degenerate-none">No degenerate-loop rows in the dataset for this card '
-                "(benchmarks write metrics named <code>degenerate_*</code>).</p>")
+                "(every task benchmark's score stage writes <code>degenerate_items</code>).</p>")
     g = g.sort_values(["family", "benchmark", "bits_per_weight", "kv"], ascending=[True, True, False, True])
     rows, classes = [], []
     for _, r in g.iterrows():
@@ -530,16 +529,23 @@ def degenerate_section(df: pd.DataFrame, card: str) -> str:
 
 
 def flips_section(df: pd.DataFrame, card: str) -> str:
-    g = dv.whole(dv.figures(df[df["metric"].isin(dv.FLIP_METRICS)]))
+    flip_names = dv.flip_metrics()
+    g = dv.whole(dv.figures(df[df["metric"].isin(flip_names)]))
     if g.empty:
         return '<p class="note">No flip rows in the dataset for this card (flips need per-item verdicts).</p>'
+    noise = dv.whole(dv.figures(df[df["metric"].isin(qmetrics.in_group("noise"))]))
     rows, classes = [], []
     g = g.sort_values(["family", "benchmark", "bits_per_weight", "kv"], ascending=[True, True, False, True])
     for key, p in g.groupby(dv.POINT + ["benchmark"], dropna=False, sort=False):
         _, family, rung, kv, bench = key
         cells = [esc(family), esc(rung), esc(kv), esc(bench)]
-        for m in dv.FLIP_METRICS:
+        for m in flip_names:
             r = p[p["metric"] == m]
+            cells.append("—" if r.empty else vcell(r["value"].iloc[0], r["stderr"].iloc[0], r["unit"].iloc[0]))
+        # the harness's own noise: the reference rung against itself at another batch setting
+        nz = noise[(noise["family"] == family) & (noise["benchmark"] == bench)]
+        for m in ("noise_flip_rate", "noise_identical_share"):
+            r = nz[nz["metric"] == m]
             cells.append("—" if r.empty else vcell(r["value"].iloc[0], r["stderr"].iloc[0], r["unit"].iloc[0]))
         n = p["n"].dropna()
         cells.append("—" if n.empty else str(int(n.iloc[0])))
@@ -547,8 +553,12 @@ def flips_section(df: pd.DataFrame, card: str) -> str:
         cells.append(badge(st))
         rows.append(cells)
         classes.append(f"st-row-{st}")
-    return table(["family", "rung", "KV", "benchmark", "flip rate", "right → wrong", "wrong → right", "items", "status"],
-                 rows, f"table-flips-{card}", classes)
+    heads = ["family", "rung", "KV", "benchmark"] + [esc(m) for m in flip_names] + [
+        "noise floor: flip rate", "noise floor: identical replies", "items", "status"]
+    return table(heads, rows, f"table-flips-{card}", classes,
+                 caption="Flips against the reference rung (same card, KV type and settings), beside the noise "
+                         "floor: the reference rung generated again at another batch setting. A flip rate not "
+                         "above the noise floor is no loss the harness can attribute to quantization.")
 
 
 def manifest_section(df: pd.DataFrame, card: str) -> str:
