@@ -43,8 +43,25 @@ CONVERTED_NESTED = ("Array", "ArrayList", "array")
 _STD_RE = re.compile(r"[ ,./\-_*^]")
 
 
+class CheckerError(Exception):
+    """BFCL's checker raises on this output (an unconvertible declared type, a schema key missing);
+    its run stops there, so there is no official verdict. ``kind`` is the exception's name."""
+
+    def __init__(self, exc: BaseException):
+        super().__init__(f"{type(exc).__name__}: {exc}")
+        self.kind = type(exc).__name__
+
+
 def _fail(error_type: str, msg: str) -> dict:
     return {"valid": False, "error": [msg], "error_type": error_type}
+
+
+def _r(value) -> str:
+    """repr for messages; an int over Python's digit limit has none."""
+    try:
+        return repr(value)[:300]
+    except ValueError:
+        return f"<{type(value).__name__} too long to print>"
 
 
 _OK = {"valid": True, "error": []}
@@ -272,26 +289,26 @@ def _type_check(param: str, value, possible: list, type_name: str, expected: typ
             if ok:
                 return {"valid": True, "error": [], "is_variable": is_variable}
         res = {"valid": False, "is_variable": False, "error_type": "type_error:nested",
-               "error": [f"nested type check failed for {param!r}: {type_name} of {nested.__name__}, got {value!r}"]}
+               "error": [f"nested type check failed for {param!r}: {type_name} of {nested.__name__}, got {_r(value)}"]}
     if ans_type is not None and type(value) is ans_type:
         res["is_variable"] = True
         return res
     res["valid"] = False
-    res["error"].append(f"wrong type for {param!r}: expected {type_name}, got {type(value).__name__} ({value!r})")
+    res["error"].append(f"wrong type for {param!r}: expected {type_name}, got {type(value).__name__} ({_r(value)})")
     res["error_type"] = "type_error:simple"
     return res
 
 
 def _string_check(param: str, value: str, possible: list) -> dict:
     if standardize(value) not in [standardize(a) for a in possible if type(a) is str]:
-        return _fail("value_error:string", f"{param!r}: {value!r} not among {possible} (standardised)")
+        return _fail("value_error:string", f"{param!r}: {_r(value)} not among {possible} (standardised)")
     return _OK
 
 
 def _list_check(param: str, value: list, possible: list) -> dict:
     if _std_list(list(value)) not in [_std_list(a) for a in possible if a != ""] + \
             ([[]] if False else []) and _std_list(list(value)) not in _std_alts(possible):
-        return _fail("value_error:list/tuple", f"{param!r}: {value!r} not among {possible}")
+        return _fail("value_error:list/tuple", f"{param!r}: {_r(value)} not among {possible}")
     return _OK
 
 
@@ -309,17 +326,17 @@ def _dict_check(param: str, value: dict, possible: list) -> dict:
         ok = True
         for k, v in value.items():
             if k not in alt:
-                res = _fail("value_error:dict_key", f"{param!r}: unexpected key {k!r}")
+                res = _fail("value_error:dict_key", f"{param!r}: unexpected key {_r(k)}")
                 ok = False
                 break
             sv = standardize(v) if type(v) is str else v
             if sv not in _std_list(alt[k]):
-                res = _fail("value_error:dict_value", f"{param!r}[{k!r}]: {v!r} not among {alt[k]}")
+                res = _fail("value_error:dict_value", f"{param!r}[{_r(k)}]: {_r(v)} not among {alt[k]}")
                 ok = False
                 break
         for k, vals in alt.items():
             if k not in value and "" not in vals:
-                res = _fail("value_error:dict_key", f"{param!r}: missing key {k!r}")
+                res = _fail("value_error:dict_key", f"{param!r}: missing key {_r(k)}")
                 ok = False
                 break
         if ok:
@@ -349,7 +366,7 @@ def check_call(func: dict, call: dict, answer: dict, language: str = "python") -
     expected_params = next(iter(answer.values()))
     name = func["name"]
     props = func["parameters"]["properties"]
-    required = func["parameters"].get("required", [])
+    required = func["parameters"]["required"]  # a schema without it raises in BFCL too
     if name not in call:
         return _fail("simple_function_checker:wrong_func_name", f"function {name!r} not in the output")
     args = call[name]
@@ -399,7 +416,7 @@ def check_call(func: dict, call: dict, answer: dict, language: str = "python") -
                     return sub
                 continue
         if value not in expected_params[p]:
-            return _fail("value_error:others", f"{p!r}: {value!r} not among {expected_params[p]}")
+            return _fail("value_error:others", f"{p!r}: {_r(value)} not among {expected_params[p]}")
     for p, vals in expected_params.items():
         if p not in args and "" not in vals:
             return _fail("simple_function_checker:missing_optional", f"parameter {p!r} omitted but not optional")
@@ -414,7 +431,16 @@ def _find_func(funcs: list[dict], name: str) -> dict | None:
 
 
 def check_calls(funcs: list[dict], calls: list[dict], answers: list[dict], category: str, language: str) -> dict:
-    """A whole decoded output against an item's possible answer, by category (BFCL's dispatch)."""
+    """A whole decoded output against an item's possible answer, by category (BFCL's dispatch).
+
+    Raises CheckerError where BFCL's checker raises (then BFCL has no verdict for the output)."""
+    try:
+        return _check_calls(funcs, calls, answers, category, language)
+    except (NotImplementedError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
+        raise CheckerError(e) from e
+
+
+def _check_calls(funcs: list[dict], calls: list[dict], answers: list[dict], category: str, language: str) -> dict:
     if "parallel" in category:
         if len(calls) != len(answers):
             return _fail("parallel_function_checker_no_order:wrong_count",
