@@ -423,6 +423,12 @@ def _judge_script(job, child):
 
     send(child.wfd, {"solution": job["solution"], "cwd": job["cwd"], "entry_point": job["entry_point"],
                      "filename": "program.py"})
+    # The tests are compiled and their module run here while the child loads the program.
+    ns = {"__builtins__": builtins}
+    try:
+        exec(compile(job["prompt"] + "\n" + job["test"], "test.py", "exec"), ns)
+    except BaseException as e:  # noqa: BLE001 -- the task's own code failed: nothing to score against
+        return {"passed": False, "kind": "sandbox_error", "detail": "the task's tests do not load: " + _describe(e)}
     if not child.wait_readable():
         kind, detail = child.gone()
         return {"passed": False, "kind": kind, "detail": detail}
@@ -476,9 +482,7 @@ def _judge_script(job, child):
         except Exception as e:  # noqa: BLE001
             raise CandidateGone("runtime_error", f"the program's process sent malformed data ({e})")
 
-    ns = {"__builtins__": builtins}
     try:
-        exec(compile(job["prompt"] + "\n" + job["test"], "test.py", "exec"), ns)
         ns[job["entry_point"]] = candidate  # a test that names the function gets the candidate too
         ns["check"](candidate)
     except CandidateGone as e:
@@ -933,6 +937,11 @@ def main():
     if hasattr(sys, "set_int_max_str_digits"):
         sys.set_int_max_str_digits(0)  # exact big integers on both sides, as in one process
     problem = no_dump()  # before the fork: both processes start non-dumpable
+    for name in sys.argv[2:]:  # the prompt's own imports (typing, math): loaded once, for both processes
+        try:
+            __import__(name)
+        except Exception:  # noqa: BLE001 -- the program's import will fail and say so
+            pass
     run_dir = os.path.join(here, "run")
     os.makedirs(run_dir, exist_ok=True)
     # The fork comes before job.json and .nonce are read: the child's memory never held them.

@@ -95,12 +95,39 @@ def program_for(item, code: str) -> tuple[str, Program]:
     return solution, Program("unittest", solution, item.test, item.entry_point)
 
 
-def run_program(program: Program, settings: ScoreSettings, _runner: list = []) -> dict:  # noqa: B006
+def _imports(source: str) -> list[str]:
+    """The modules a task's prompt imports at its top level (the harness loads them before it forks,
+    so that its two processes do not each pay for them)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module)
+    return sorted({n for n in names if n.replace(".", "").replace("_", "").isalnum()})
+
+
+_runner: list[str] = []
+
+
+def run_program(program: Program, settings: ScoreSettings, *legacy) -> dict:
     """Run one program in the sandbox; returns {passed, error_type, detail, wall_s, sandbox_kind}.
 
     The verdict is the harness's result line, which only the harness's own process can write: the
-    model's code runs in a child that holds neither fd 1 nor the nonce (see _runner.py).
+    model's code runs in a child that holds neither fd 1 nor the nonce (see _runner.py). The older
+    call shape ``run_program(program, mode, settings)`` is accepted (the mode is the program's).
     """
+    if isinstance(settings, str) and legacy:
+        settings = legacy[0]
+    if not isinstance(program, Program) or not isinstance(settings, ScoreSettings):
+        raise TypeError("run_program(program, settings) takes a score.Program (score.program_for builds it: the "
+                        "tests apart from the model's code, so that they run outside its process) and ScoreSettings")
     if not _runner:
         _runner.append(runner_source())
     if settings.backend.startswith("apptainer"):
@@ -115,7 +142,8 @@ def run_program(program: Program, settings: ScoreSettings, _runner: list = []) -
     # site-packages out (a reply importing numpy fails here, as HumanEval's protocol intends);
     # BigCodeBench needs its scoring env's site.
     flags = ["-I", "-S"] if program.mode == "script" else ["-I"]
-    res = sandbox.run_sandboxed([interp.exe, *flags, "-u", "/work/runner.py", program.mode], files,
+    res = sandbox.run_sandboxed([interp.exe, *flags, "-u", "/work/runner.py", program.mode,
+                                 *_imports(program.prompt)], files,
                                 settings.limits, backend=settings.backend,
                                 extra_ro_binds=list(interp.ro_binds) + list(settings.extra_ro_binds),
                                 hidden=interp.hidden, as_init=True)
