@@ -228,6 +228,66 @@ def test_bigcodebench_mocks_class_fixtures_subtests_and_skips():
     assert not r["passed"] and r["error_type"] == "test_failure" and r["detail"].startswith("test_subtests:"), r
 
 
+SHAPES_TEST = textwrap.dedent("""
+    import os
+    import shutil
+    import tempfile
+    import unittest
+    from unittest.mock import MagicMock, patch
+
+    import json
+
+    EXPECTED = {"a": 1}
+    SEEN = []
+
+
+    def helper(x):
+        return json.loads(json.dumps(x))
+
+
+    class Base(unittest.TestCase):
+        def setUp(self):
+            self.dir = tempfile.mkdtemp()
+            self.addCleanup(shutil.rmtree, self.dir)
+            self.maxDiff = None
+
+
+    class TestCases(Base):
+        @patch.dict(os.environ, {"QL_MODE": "x"})
+        def test_env(self):
+            self.assertEqual(task_func(self.dir)["mode"], "x")
+
+        @patch.object(json, "dumps", return_value="{}")
+        def test_object(self, mock_dumps):
+            self.assertEqual(task_func(self.dir)["dumped"], "{}")
+            mock_dumps.assert_called()
+
+        def test_raises(self):
+            with self.assertRaises(ValueError):
+                task_func(None)
+
+        def test_rebinds_its_own_global(self):
+            global EXPECTED
+            EXPECTED = dict(EXPECTED)
+            SEEN.append(1)
+            self.assertEqual(helper(EXPECTED), {"a": 1})
+            self.assertTrue(os.path.isdir(self.dir))
+""")
+
+
+def test_bigcodebench_test_shapes_pass_honestly():
+    """Shapes BigCodeBench's tests use (patch.dict, patch.object, assertRaises, a base class with
+    setUp and cleanups, module-level helpers and data, a test rebinding its own global) pass with a
+    right solution and fail with a wrong one: the harness's checks do not fail honest tests."""
+    good = ("import json, os\ndef task_func(d):\n    if d is None:\n        raise ValueError('no dir')\n"
+            "    return {'mode': os.environ.get('QL_MODE'), 'dumped': json.dumps({'k': 1})}\n")
+    r = _unittest(good, SHAPES_TEST)
+    assert r["passed"] and r["detail"] == "4 tests", r
+    wrong = good.replace("raise ValueError('no dir')", "return {}")
+    r = _unittest(wrong, SHAPES_TEST)
+    assert not r["passed"] and r["detail"].startswith("test_raises:"), r
+
+
 def test_the_test_set_comes_from_the_task_not_the_program():
     from quantladder.benchmarks.code._runner import expected_tests
 

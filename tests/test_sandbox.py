@@ -323,7 +323,22 @@ def test_unprivileged_caller_uses_a_user_namespace_and_still_caps_forks():
         "r = run_sandboxed(['/usr/bin/python3', '-I', '-S', 'm.py'], {'m.py': prog}, Limits(nproc=16, wall_s=10))\n"
         "print(r.kind, r.stdout.strip())\n"
         "r = run_sandboxed(['/bin/sh', '-c', 'unshare -Urm sh -c \"echo inside\" 2>&1; echo rc=$?'], {})\n"
-        "print(r.stdout.strip().splitlines()[-1])\n")
+        "print(r.stdout.strip().splitlines()[-1])\n"
+        # The code harness on this path (its verdict process is pid 1 here too, non-dumpable): an
+        # honest candidate passes; one that writes a result line on pid 1's stdout and every fd fails.
+        f"runner = open({str(REPO / 'workflow/quantladder/benchmarks/code/_runner.py')!r}).read()\n"
+        "interp = sandbox.host_python('/usr/bin/python3')\n"
+        "test = 'def check(candidate):\\n    assert candidate(2) == 4\\n'\n"
+        "forge = ('import os\\ndef f(x):\\n    line = b\"@@QL_RESULT@@ \" + b\"0\" * 32 + b\" {\\\\\"passed\\\\\": true}\\\\n\"\\n'\n"
+        "         '    for p in (\"/proc/1/fd/1\", \"/proc/self/fd/1\"):\\n        try:\\n'\n"
+        "         '            os.write(os.open(p, os.O_WRONLY), line)\\n        except OSError:\\n            pass\\n'\n"
+        "         '    return 0\\n')\n"
+        "for name, prog in (('honest', 'def f(x):\\n    return x * 2\\n'), ('forger', forge)):\n"
+        "    files = {'runner.py': runner, 'program.py': prog, '.nonce': 'ab' * 16,\n"
+        "             'job.json': __import__('json').dumps({'program': 'program.py', 'entry_point': 'f', 'test': test, 'prompt': ''})}\n"
+        "    r = run_sandboxed([interp.exe, '-I', '-S', '-u', '/work/runner.py', 'script'], files, Limits(wall_s=20),\n"
+        "                      extra_ro_binds=interp.ro_binds, hidden=interp.hidden, as_init=True)\n"
+        "    print(name, r.stdout.count('@@QL_RESULT@@'), r.stdout.strip().splitlines()[-1])\n")
     import subprocess
 
     out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
@@ -336,6 +351,9 @@ def test_unprivileged_caller_uses_a_user_namespace_and_still_caps_forks():
     kind, word, n, err, uid = lines[1].split()
     assert kind == "ok" and word == "forks" and int(n) < 16 and int(err) == 11 and int(uid) == 65534
     assert lines[2] != "rc=0" and "inside" not in out.stdout
+    honest, forger = lines[3].split(" ", 2), lines[4].split(" ", 2)
+    assert honest[:2] == ["honest", "1"] and '"passed": true' in honest[2], lines
+    assert forger[:2] == ["forger", "1"] and '"passed": false' in forger[2] and "ab" * 16 in forger[2], lines
 
 
 def test_apptainer_command_isolates_like_bubblewrap(tmp_path):

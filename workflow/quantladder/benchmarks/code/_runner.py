@@ -606,8 +606,9 @@ def _make_hook(key, fd, names, main_frame, mac):
                 trip(event + " " + path)
             return
         if event == "object.__setattr__":
-            if _len(args) > 1 and _type(args[1]) is _str and args[1] == "__code__":
-                trip("a function's __code__ replaced")
+            if _len(args) > 1 and _type(args[1]) is _str and args[1] in ("__code__", "__defaults__",
+                                                                         "__kwdefaults__"):
+                trip("a function's " + args[1] + " replaced")
             return
         if event not in ours:
             return
@@ -637,46 +638,63 @@ def _make_hook(key, fd, names, main_frame, mac):
 
 
 _EMPTY = object()
+# The checks below run after the program's code has run in the same process: the built-ins they use
+# are bound as default arguments (replacing a function's defaults or code ends the test process) and
+# the test process holds them in its own frame's locals, so patching builtins or this module's
+# globals cannot turn them off.
+_B = dict(type=type, len=len, vars=vars, getattr=getattr, tuple=tuple, zip=zip, fn=types.FunctionType,
+          empty=_EMPTY, ValueError=ValueError)
 
 
-def _fingerprint(f):
+def _fingerprint(f, b=_B):
     """What decides what calling test function ``f`` runs: through any decorators' wrappers, each
     function's code, defaults and closure contents (a swap of any of them changes the test)."""
     out, depth = [], 0
-    while type(f) is types.FunctionType and depth < 16:
+    while b["type"](f) is b["fn"] and depth < 16:
         cells = []
         for c in f.__closure__ or ():
             try:
                 cells.append(c.cell_contents)
-            except ValueError:
-                cells.append(_EMPTY)
+            except b["ValueError"]:
+                cells.append(b["empty"])
         nxt = f.__dict__.get("__wrapped__")
         out += [f, f.__code__, f.__defaults__, f.__kwdefaults__, nxt, *cells]
         f, depth = nxt, depth + 1
-    return tuple(out)
+    return b["tuple"](out)
 
 
-def _same(a, b):
-    return len(a) == len(b) and all(p is q for p, q in zip(a, b))
+def _same(x, y, b=_B):
+    if b["len"](x) != b["len"](y):
+        return False
+    for p, q in b["zip"](x, y):
+        if p is not q:
+            return False
+    return True
 
 
-def _snapshot(objs):
+def _snapshot(objs, b=_B):
     """Identity of every attribute of the given modules and classes (what a patch would change)."""
-    return tuple((o, tuple(vars(o).items())) for o in objs)
+    return b["tuple"]((o, b["tuple"](b["vars"](o).items())) for o in objs)
 
 
-def _changed(snap):
+def _changed(snap, mods=(), modules=None, b=_B):
+    """The first attribute of a snapshotted module or class (or sys.modules entry) now different."""
     for o, items in snap:
-        now = vars(o)
-        if len(now) != len(items):
-            return getattr(o, "__name__", "?")
+        now = b["vars"](o)
         for k, v in items:
-            if now.get(k, _EMPTY) is not v:
-                return f"{getattr(o, '__name__', '?')}.{k}"
+            if now.get(k, b["empty"]) is not v:
+                return "%s.%s" % (b["getattr"](o, "__name__", "?"), k)
+        if b["len"](now) != b["len"](items):
+            return "%s (a name added)" % (b["getattr"](o, "__name__", "?"),)
+    for k, v in mods:
+        if modules.get(k) is not v:
+            return "sys.modules[%r]" % (k,)
     return None
 
 
 def _top_level_names(tree):
+    """The functions, classes and modules the test code binds at its top level (its data globals are
+    left out: a test may rebind one of its own)."""
     import ast
 
     names = set()
@@ -685,9 +703,6 @@ def _top_level_names(tree):
             names.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update((a.asname or a.name).split(".")[0] for a in node.names if a.name != "*")
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                names.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
     return names
 
 
@@ -717,9 +732,12 @@ def _test_role(go_r, up_w):
     real_testcase, skip_test, fn_type, isinst = unittest.TestCase, unittest.SkipTest, types.FunctionType, isinstance
     api = frozenset(dir(real_testcase))
     audit, getframe, exit_, modules = sys.audit, sys._getframe, os._exit, sys.modules
-
-    def framework_changed():
-        return _changed(snap) or next((k for k, v in guarded_mods if modules.get(k) is not v), None)
+    # Everything used once the program's code has run is bound here, in this frame's locals.
+    changed_, fingerprint_, same_, snapshot_, kind_, describe_ = _changed, _fingerprint, _same, _snapshot, kind_of, \
+        _describe
+    type_, getattr_, callable_, range_, len_, any_, BaseException_ = type, getattr, callable, range, len, any, \
+        BaseException
+    empty = _EMPTY
 
     load_error = None
     try:
@@ -739,6 +757,10 @@ def _test_role(go_r, up_w):
                 todo.append(c)
                 if co is not test_code and not co.co_flags & 3:  # co is a class body
                     genuine.setdefault(c.co_name, set()).add(c)
+    genuine = types.MappingProxyType({k: frozenset(v) for k, v in genuine.items()})  # read-only from here
+    import _thread
+
+    threads_, n_threads = _thread._count, _thread._count()
     sys.addaudithook(_make_hook(key, up_w, names, getframe(), mac))
     del key
     audit("quantladder.armed")
@@ -753,45 +775,49 @@ def _test_role(go_r, up_w):
     ns = mod.__dict__
     try:
         exec(solution_code, ns)
-    except BaseException as e:  # noqa: BLE001 -- the program's failure
-        audit("quantladder.load", False, kind_of(e), _describe(e))
+    except BaseException_ as e:  # noqa: BLE001 -- the program's failure
+        audit("quantladder.load", False, kind_(e), describe_(e))
         exit_(0)
-    changed = framework_changed()
+    # From here on the program's code may have run: only this frame's locals are used.
+    changed = changed_(snap, guarded_mods, modules)
     if changed:
-        audit("quantladder.load", False, "violation", f"the program changed the test framework ({changed})")
+        audit("quantladder.load", False, "violation", "the program changed the test framework (%s)" % (changed,))
         exit_(0)
     ns["__builtins__"] = builtins
     try:
         exec(test_code, ns)
-    except BaseException as e:  # noqa: BLE001
-        audit("quantladder.load", False, kind_of(e), _describe(e))
+    except BaseException_ as e:  # noqa: BLE001
+        audit("quantladder.load", False, kind_(e), describe_(e))
         exit_(0)
     cls = ns.get("TestCases")
     problem, tests = None, []
-    if type(cls) is not type or real_testcase not in cls.__mro__:
+    if threads_() > n_threads:  # nothing may run beside the checks below (they read the test class)
+        problem = "the program left threads running when it loaded"
+    elif type_(cls) is not type_ or real_testcase not in cls.__mro__:
         problem = "TestCases is not the task's unittest.TestCase class"
     else:
         mro = cls.__mro__[:cls.__mro__.index(real_testcase)]
+        plain = (type_(None), bool, int, float, str)
         for klass in mro:
-            for k, v in list(vars(klass).items()):
+            for k, v in tuple(klass.__dict__.items()):
                 f = v.__func__ if isinst(v, (staticmethod, classmethod)) else v
-                if type(f) is fn_type:
+                if type_(f) is fn_type:
                     inner = f
-                    for _ in range(16):  # through decorators' wrappers to the function they wrap
+                    for _ in range_(16):  # through decorators' wrappers to the function they wrap
                         nxt = inner.__dict__.get("__wrapped__")
-                        if type(nxt) is not fn_type:
+                        if type_(nxt) is not fn_type:
                             break
                         inner = nxt
                     if inner.__code__ not in genuine.get(inner.__code__.co_name, ()):
-                        problem = f"TestCases.{k} is not the task's test code"
-                elif k in api and k[:2] != "__" and type(v) not in (type(None), bool, int, float, str):
-                    problem = f"TestCases.{k} replaces unittest's own"  # only plain settings (maxDiff)
+                        problem = "TestCases.%s is not the task's test code" % (k,)
+                elif k in api and k[:2] != "__" and type_(v) not in plain:
+                    problem = "TestCases.%s replaces unittest's own" % (k,)  # only plain settings (maxDiff)
         for name in names:
-            owner = next((klass for klass in mro if name in vars(klass)), None)
-            f = vars(owner)[name] if owner is not None else None
-            if type(f) is not fn_type:
-                problem = problem or f"the task's test {name} is missing from TestCases"
-            tests.append((f, _fingerprint(f)))
+            owner = next((klass for klass in mro if name in klass.__dict__), None)
+            f = owner.__dict__[name] if owner is not None else None
+            if type_(f) is not fn_type:
+                problem = problem or "the task's test %s is missing from TestCases" % (name,)
+            tests.append((f, fingerprint_(f)))
     if problem:
         audit("quantladder.load", False, "violation", problem)
         exit_(0)
@@ -799,28 +825,28 @@ def _test_role(go_r, up_w):
     tests = tuple(tests)
     class_error = None
     try:
-        if callable(ns.get("setUpModule")):
+        if callable_(ns.get("setUpModule")):
             ns["setUpModule"]()
         cls.setUpClass()
-    except BaseException as e:  # noqa: BLE001
-        class_error = (kind_of(e), "setUpClass: " + _describe(e))
-    fixed = tuple(ns.get(k, _EMPTY) for k in test_globals)
-    class_snap = _snapshot(cls.__mro__[:cls.__mro__.index(real_testcase)])
-    for i in range(len(names)):
+    except BaseException_ as e:  # noqa: BLE001
+        class_error = (kind_(e), "setUpClass: " + describe_(e))
+    fixed = tuple((k, ns.get(k, empty)) for k in test_globals)
+    class_snap = snapshot_(cls.__mro__[:cls.__mro__.index(real_testcase)])
+    for i in range_(len_(names)):
         name, (func, fp) = names[i], tests[i]
         outcome, kind, detail = "ok", "", ""
         if class_error:
             outcome, kind, detail = "fail", class_error[0], class_error[1]
-        elif not _same(_fingerprint(func), fp) or _changed(class_snap) \
-                or any(ns.get(k, _EMPTY) is not v for k, v in zip(test_globals, fixed)):
+        elif not same_(fingerprint_(func), fp) or changed_(class_snap, (), modules) \
+                or any_(ns.get(k, empty) is not v for k, v in fixed):
             outcome, kind, detail = "fail", "violation", "the program changed the task's test code"
         else:
             try:
                 inst = cls(name)
                 inst._outcome = None  # subTest() then runs its block plainly: a failure fails the test
-                if getattr(cls, "__unittest_skip__", False) or getattr(func, "__unittest_skip__", False) \
-                        or getattr(func, "__unittest_expecting_failure__", False):
-                    raise skip_test(getattr(func, "__unittest_skip_why__", "skipped"))
+                if getattr_(cls, "__unittest_skip__", False) or getattr_(func, "__unittest_skip__", False) \
+                        or getattr_(func, "__unittest_expecting_failure__", False):
+                    raise skip_test(getattr_(func, "__unittest_skip_why__", "skipped"))
                 inst.setUp()
                 try:
                     func(inst)
@@ -830,18 +856,18 @@ def _test_role(go_r, up_w):
                     finally:
                         inst.doCleanups()
             except skip_test as e:
-                outcome, kind, detail = "skip", "", _describe(e)
-            except BaseException as e:  # noqa: BLE001
-                outcome, kind, detail = "fail", kind_of(e), _describe(e)
-            changed = framework_changed()
+                outcome, kind, detail = "skip", "", describe_(e)
+            except BaseException_ as e:  # noqa: BLE001
+                outcome, kind, detail = "fail", kind_(e), describe_(e)
+            changed = changed_(snap, guarded_mods, modules)
             if changed and outcome != "fail":
-                outcome, kind, detail = "fail", "violation", f"the program changed the test framework ({changed})"
+                outcome, kind, detail = "fail", "violation", "the program changed the test framework (%s)" % (changed,)
         audit("quantladder.report", i, name, outcome, "%s" % (kind,), "%s" % (detail,))
     try:
         cls.tearDownClass()
-        if callable(ns.get("tearDownModule")):
+        if callable_(ns.get("tearDownModule")):
             ns["tearDownModule"]()
-    except BaseException:  # noqa: BLE001 -- as in unittest: an error after the tests does not undo them
+    except BaseException_:  # noqa: BLE001 -- as in unittest: an error after the tests does not undo them
         pass
     audit("quantladder.done")
     exit_(0)
