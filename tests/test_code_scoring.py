@@ -293,6 +293,11 @@ def test_the_test_set_comes_from_the_task_not_the_program():
 
     names, skippable = expected_tests(MOCK_TEST)
     assert names == ["test_patched", "test_skipped", "test_subtests"] and skippable == {"test_skipped"}
+    # Only unittest's skip decorators make a test skippable, not a patch target that says "skip".
+    names, skippable = expected_tests("import unittest\nclass TestCases(unittest.TestCase):\n"
+                                      "    @unittest.mock.patch('m.skip_rows')\n    def test_a(self, m):\n        pass\n"
+                                      "    @unittest.skipIf(True, 'x')\n    def test_b(self):\n        pass\n")
+    assert names == ["test_a", "test_b"] and skippable == {"test_b"}
     assert expected_tests("import unittest\n") == (None, None)
     r = _unittest("def task_func():\n    return 1\n", "import unittest\nclass Other(unittest.TestCase):\n    pass\n")
     assert not r["passed"] and "defines no TestCases" in r["detail"]

@@ -507,8 +507,14 @@ def expected_tests(test_source):
         return None, None
     names, skippable, seen = set(), set(), set()
 
-    def decorated(node):
-        return any(w in ast.unparse(d) for d in node.decorator_list for w in ("skip", "expectedFailure"))
+    skips = {"skip", "skipIf", "skipUnless", "expectedFailure"}
+
+    def decorated(node):  # unittest's own skip decorators, by name (unittest.skip(...), @skipIf(...))
+        for d in node.decorator_list:
+            f = d.func if isinstance(d, ast.Call) else d
+            if (isinstance(f, ast.Name) and f.id in skips) or (isinstance(f, ast.Attribute) and f.attr in skips):
+                return True
+        return False
 
     def walk(cls, cls_skips):
         if cls.name in seen:
@@ -840,13 +846,13 @@ def _test_role(go_r, up_w):
         elif not same_(fingerprint_(func), fp) or changed_(class_snap, (), modules) \
                 or any_(ns.get(k, empty) is not v for k, v in fixed):
             outcome, kind, detail = "fail", "violation", "the program changed the task's test code"
+        elif getattr_(cls, "__unittest_skip__", False) or getattr_(func, "__unittest_skip__", False) \
+                or getattr_(func, "__unittest_expecting_failure__", False):
+            outcome, detail = "skip", "%s" % (getattr_(func, "__unittest_skip_why__", "skipped"),)  # a decorator's
         else:
             try:
                 inst = cls(name)
                 inst._outcome = None  # subTest() then runs its block plainly: a failure fails the test
-                if getattr_(cls, "__unittest_skip__", False) or getattr_(func, "__unittest_skip__", False) \
-                        or getattr_(func, "__unittest_expecting_failure__", False):
-                    raise skip_test(getattr_(func, "__unittest_skip_why__", "skipped"))
                 inst.setUp()
                 try:
                     func(inst)
@@ -855,8 +861,8 @@ def _test_role(go_r, up_w):
                         inst.tearDown()
                     finally:
                         inst.doCleanups()
-            except skip_test as e:
-                outcome, kind, detail = "skip", "", describe_(e)
+            except skip_test as e:  # raised while the test ran: BigCodeBench would count it as a pass
+                outcome, kind, detail = "fail", "test_failure", "skipped while it ran (%s)" % (describe_(e),)
             except BaseException_ as e:  # noqa: BLE001
                 outcome, kind, detail = "fail", kind_(e), describe_(e)
             changed = changed_(snap, guarded_mods, modules)
@@ -934,11 +940,11 @@ def _judge_unittest(job, child, key):
     for (name, outcome, kind, detail), want in zip(tests, names):
         if name != want:
             return {"passed": False, "kind": "violation", "detail": "the tests ran out of order"}
-        if outcome == "skip" and name in skippable:
+        if outcome == "skip" and name in skippable:  # a skip decorator of the task's own code
             continue
         if outcome != "ok":
-            if outcome == "skip":  # raised while the test ran: BigCodeBench would count it as a pass
-                kind, detail = "test_failure", f"skipped while it ran ({detail})"
+            if outcome == "skip":
+                kind, detail = "test_failure", f"skipped, but the task's code does not skip it ({detail})"
             failed.append((name, kind or "runtime_error", detail))
     if failed:
         _PRIORITY = ["violation", "memory", "runtime_error", "early_exit", "test_failure"]
