@@ -104,6 +104,9 @@ def check(candidate):
     ("float('-inf')", "float('-inf')", True),
     ("3 + 4j", "3 + 4j", True),
     ("True", "1", True),  # True == 1, as in one process
+    ("__import__('fractions').Fraction(1, 2)", "0.5", True),  # exact numbers cross as themselves
+    ("__import__('fractions').Fraction(1, 3)", "1 / 3", False),  # Fraction(1, 3) != 0.333..., as in one process
+    ("__import__('decimal').Decimal('0.5')", "0.5", True),
     ("None", "0", False),
 ])
 def test_return_values_cross_as_plain_data(ret, want, passed):

@@ -14,8 +14,9 @@ Modes
               does, in a fresh namespace) and serves calls of the entry point over a pipe. This
               process runs the task's ``check(candidate)`` itself, with ``candidate`` a proxy: the
               arguments go out and the return value comes back as plain data (None, bool, int,
-              float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset; a subclass
-              of one of them crosses as that type's value, a Counter as a dict). Anything else (a
+              float, complex, Fraction, Decimal, str, bytes, bytearray, list, tuple, dict, set,
+              frozenset; a subclass of a built-in one crosses as its value, a Counter as a dict).
+              Anything else (a
               function, a generator, an object of the program's own class) is no data: the call
               raises TypeError here and the item fails. Mutable arguments are updated in place from
               their state after the call, as a shared process would see them. An exception of the
@@ -150,6 +151,12 @@ def enc(x):
     for base in _BASES:  # a subclass of a plain type crosses as that type's value
         if isinstance(x, base):
             return enc(dict(x.items()) if base is dict else base(x))
+    mod = sys.modules.get("fractions")  # exact numbers of the standard library cross as themselves
+    if mod is not None and isinstance(x, mod.Fraction):
+        return {"q": [int(x.numerator), int(x.denominator)]}
+    mod = sys.modules.get("decimal")
+    if mod is not None and isinstance(x, mod.Decimal):
+        return {"D": str(x)}
     raise NotData(f"a value of type {t.__name__} is not plain data")
 
 
@@ -176,6 +183,14 @@ def dec(x):
         return bytearray.fromhex(v)
     if tag == "c":
         return complex(float(v[0]), float(v[1]))
+    if tag == "q":
+        import fractions
+
+        return fractions.Fraction(int(v[0]), int(v[1]))
+    if tag == "D":
+        import decimal
+
+        return decimal.Decimal(str(v))
     raise ValueError(f"malformed data tag {tag!r}")
 
 
