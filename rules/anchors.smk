@@ -31,6 +31,8 @@ rule tool_anchor_gate:
         "results/{card}/anchors/{benchmark}/{family}.json",
     log:
         "logs/tool_anchor_gate/{card}/{benchmark}/{family}.log",
+    benchmark:
+        "logs/benchmarks/tool_anchor_gate/{card}/{benchmark}/{family}.tsv"
     wildcard_constraints:
         benchmark="perplexity|speed",
     conda:

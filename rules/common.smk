@@ -62,7 +62,7 @@ def point_outputs(card, family=None):
     for fam in fams:
         for rung in qconfig.rungs(config, fam):
             for kv in qconfig.kv_types(config, fam):
-                for m in enabled_measures():
+                for m in point_measures(fam, rung):
                     out.append(
                         f"results/{card}/points/{fam}/{rung}/{kv}/{m}/metrics.json"
                     )
@@ -134,6 +134,15 @@ LLAMA_TOOLS = (
 
 def get_llama_tools(wildcards):
     return LLAMA_TOOLS
+
+
+def point_measures(family, rung):
+    """A point's measures and benchmarks: task benchmarks only on the family's `task_rungs`."""
+    return [
+        m
+        for m in enabled_measures()
+        if m in config["measures"] or qladder.runs_tasks(config, family, rung)
+    ]
 
 
 def get_imatrix_settings(wildcards):

@@ -65,6 +65,8 @@ rule imatrix:
         info="resources/models/{family}/imatrix/{corpus}-{settings}.gguf.json",
     log:
         "logs/imatrix/{family}/{corpus}-{settings}.log",
+    benchmark:
+        "logs/benchmarks/imatrix/{family}/{corpus}-{settings}.tsv"
     wildcard_constraints:
         settings=r"n\d+-c\d+(-out)?(-sp)?",
     conda:
@@ -89,6 +91,8 @@ rule quantize:
         info="resources/models/{family}/quantized/{rung}.gguf.json",
     log:
         "logs/quantize/{family}/{rung}.log",
+    benchmark:
+        "logs/benchmarks/quantize/{family}/{rung}.tsv"
     conda:
         "../envs/quantladder.yaml"
     threads: workflow.cores

@@ -9,6 +9,8 @@ rule llama_tools:
         "resources/llama-tools/{version}-{backend}.json",
     log:
         "logs/llama_tools/{version}-{backend}.log",
+    benchmark:
+        "logs/benchmarks/llama_tools/{version}-{backend}.tsv"
     wildcard_constraints:
         version=r"[0-9][0-9A-Za-z.+]*",
         backend=r"[a-z]+",

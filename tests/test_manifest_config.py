@@ -27,7 +27,7 @@ def test_spec_hash_is_stable_and_local_to_the_changed_rung():
     before = {r: h(CFG, r) for r in qconfig.rungs(CFG, FAM)}
     assert before == {r: h(CFG, r) for r in qconfig.rungs(CFG, FAM)}
     changed = copy.deepcopy(CFG)
-    changed["families"][FAM]["rung_options"] = {"Q4_K_M": {"allow_requantize": True}}
+    changed["families"][FAM].setdefault("rung_options", {})["Q4_K_M"] = {"allow_requantize": True}
     after = {r: h(changed, r) for r in qconfig.rungs(changed, FAM)}
     assert [r for r in before if before[r] != after[r]] == ["Q4_K_M"]
 

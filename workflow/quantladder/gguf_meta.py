@@ -100,6 +100,9 @@ def read_info(path: str | os.PathLike) -> GGUFInfo:
     try:
         reader = gguf.GGUFReader(str(p), "r")
     except Exception as e:  # gguf raises ValueError/IndexError/struct errors on bad headers
+        if "GGMLQuantizationType" in str(e):  # a type newer than the installed gguf package (Q2_0)
+            raise ModelFileError(f"{p}: holds a tensor type the installed gguf package cannot read ({e}); "
+                                 "a newer gguf release is needed for this rung") from e
         # gguf maps tensor data while parsing, so a cut-off file fails here
         raise ModelFileError(f"{p}: unreadable or truncated GGUF ({size} bytes; {type(e).__name__}: {e})") from e
     tensors = reader.tensors

@@ -138,3 +138,14 @@ def imatrices(cfg: dict, family: str | None = None) -> list[tuple[str, str]]:
             if "corpus" in im and (fam, im["file"]) not in out:
                 out.append((fam, im["file"]))
     return out
+
+
+def runs_tasks(cfg: dict, family: str, rung: str) -> bool:
+    """Whether a rung also runs the task benchmarks: every rung unless the family lists
+    ``task_rungs`` (the reference always does: flips are counted against it)."""
+    from . import config as qconfig
+
+    listed = cfg["families"][family].get("task_rungs")
+    if listed is None:
+        return True
+    return rung == qconfig.reference_rung(cfg, family) or rung in [rung_name(r) for r in listed]
