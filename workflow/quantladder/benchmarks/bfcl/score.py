@@ -19,18 +19,28 @@ from . import checker, parse
 from .data import LIVE, NO_ANSWER
 from .prompts import language_of
 
-SCORER_VERSION = "bfcl-ast-1"
+SCORER_VERSION = "bfcl-ast-2"
 
 
 def verdict(item: dict, text: str) -> dict:
-    """One single-turn item's verdict: correct, BFCL error type, whether the output failed to parse."""
+    """One single-turn item's verdict: correct, BFCL error type, whether the output failed to parse.
+
+    ``refused`` marks an output holding a value BFCL would ``eval`` and this decoder does not (see
+    parse.Refused, docs/bfcl.md): for the AST categories it is a decode failure; for (ir)relevance it
+    counts as a call, since the text is a well-formed call list whatever its value.
+    ``checker_error`` marks an output on which BFCL's checker itself raises (its run stops there):
+    the verdict is wrong, with the exception's name as error type.
+    """
     cat = item["category"]
     if cat in NO_ANSWER:
         # (Ir)relevance reads the output as Python calls whatever the category's language.
+        refused = None
         try:
             decoded = parse.decode(text, "python")
             no_call = checker.has_no_call(decoded)
             parse_failed = False
+        except parse.Refused as e:
+            no_call, parse_failed, refused = False, False, str(e)
         except parse.DecodeError:
             no_call, parse_failed = True, True
         if "irrelevance" in cat:
@@ -40,15 +50,26 @@ def verdict(item: dict, text: str) -> dict:
             ok = not no_call
             err = None if ok else "relevance_error:decoder_failed"
         # A parse failure is the expected outcome of an irrelevance item, not a failure to follow format.
-        return {"correct": ok, "error_type": err, "parse_failed": parse_failed and "irrelevance" not in cat}
+        out = {"correct": ok, "error_type": err, "parse_failed": parse_failed and "irrelevance" not in cat}
+        if refused is not None:
+            out.update(refused=True, detail=refused[:500])
+        return out
     lang = language_of(cat)
     try:
         decoded = parse.decode(text, lang)
     except parse.DecodeError as e:
-        return {"correct": False, "error_type": "ast_decoder:decoder_failed", "parse_failed": True, "detail": str(e)}
+        out = {"correct": False, "error_type": "ast_decoder:decoder_failed", "parse_failed": True,
+               "detail": str(e)[:500]}
+        if isinstance(e, parse.Refused):
+            out["refused"] = True
+        return out
     if not checker.is_call_list(decoded):
         return {"correct": False, "error_type": "ast_decoder:decoder_wrong_output_format", "parse_failed": True}
-    res = checker.check_calls(item["function"], decoded, item["ground_truth"], cat, lang)
+    try:
+        res = checker.check_calls(item["function"], decoded, item["ground_truth"], cat, lang)
+    except checker.CheckerError as e:
+        return {"correct": False, "error_type": f"checker_error:{e.kind}", "parse_failed": False,
+                "checker_error": True, "detail": str(e)[:500]}
     out = {"correct": bool(res["valid"]), "error_type": None if res["valid"] else res["error_type"],
            "parse_failed": False}
     if not res["valid"]:
@@ -73,15 +94,14 @@ def _mean(parts: list[tuple[float, float, int]]) -> tuple[float, float, int]:
 
 
 def metric_rows(verdicts: list[dict], categories: list[str]) -> list[dict]:
-    """Per-category accuracy, BFCL's aggregates where complete, parse failures and loops."""
-    from ...dataset import metric_row
+    """Per-category accuracy, BFCL's aggregates where complete, and parse failures."""
+    from ...metrics import row
 
     by_cat: dict[str, list[dict]] = {c: [] for c in categories}
     for v in verdicts:
         by_cat.setdefault(v["subset"], []).append(v)
     acc = {c: _acc(vs) for c, vs in by_cat.items() if vs}
-    rows = [metric_row("accuracy", a[0], "%", stderr=a[1], n=a[2], subset=c, higher_is_better=True)
-            for c, a in acc.items()]
+    rows = [row("accuracy", a[0], stderr=a[1], n=a[2], subset=c) for c, a in acc.items()]
 
     def have(*cats):
         return all(c in acc for c in cats)
@@ -102,14 +122,11 @@ def metric_rows(verdicts: list[dict], categories: list[str]) -> list[dict]:
         aggs["multi_turn"] = _mean([acc[c] for c in ("multi_turn_base", "multi_turn_miss_func",
                                                      "multi_turn_miss_param", "multi_turn_long_context")])
     for name, a in aggs.items():
-        rows.append(metric_row("accuracy", a[0], "%", stderr=a[1], n=a[2], subset=name, higher_is_better=True))
+        rows.append(row("accuracy", a[0], stderr=a[1], n=a[2], subset=name))
 
     n = len(verdicts)
     if n:
         pf = sum(1 for v in verdicts if v.get("parse_failed"))
         p = pf / n
-        rows.append(metric_row("parse_failure_rate", 100 * p, "%", stderr=100 * math.sqrt(p * (1 - p) / n), n=n,
-                               higher_is_better=False))
-        rows.append(metric_row("degenerate_loops", sum(1 for v in verdicts if v.get("degenerate")), "1", n=n,
-                               higher_is_better=False))
+        rows.append(row("parse_failure_rate", 100 * p, stderr=100 * math.sqrt(p * (1 - p) / n), n=n))
     return rows
