@@ -8,16 +8,19 @@ interprets the same expression tree instead, over values of Python's own immutab
 types only:
 
 - literals, containers (with ``*``/``**`` unpacking), arithmetic, shifts, bitwise, unary, boolean,
-  comparison and conditional operators, subscripts and slices, f-strings, comprehensions;
-- calls of pure builtins (``str``, ``int``, ``len``, ``sorted``, ``range``, ``round``, ...) and of
-  non-mutating methods of ``str``, ``bytes``, ``list``, ``tuple``, ``dict``, ``set``, numbers.
+  comparison and conditional operators, subscripts and slices, f-strings and format specs,
+  comprehensions and lambdas;
+- calls of pure builtins (``str``, ``int``, ``len``, ``sorted``, ``range``, ``round``, ``map``, ...) and of
+  non-mutating methods of ``str``, ``bytes``, ``list``, ``tuple``, ``dict``, ``set`` and numbers, bound
+  (``"x".upper()``) or unbound (``key=str.lower``). Other builtins are values that are never called.
 
-The operators are Python's own, applied to the same values, so a result equals ``eval``'s. What this
-evaluator will not do raises :class:`Refused` (a subclass of :class:`EvalError`): a builtin that is not
-pure or a name that BFCL's ``eval`` finds among its module's globals (``os`` among them), lambdas, ``:=``,
-identity tests on values whose identity ``eval`` decides by constant sharing, and any value or
-loop larger than the bounds below. Refusals are decoder failures here; ``docs/bfcl.md`` lists them
-as deviations, and the differential test counts them.
+The operators are Python's own, applied to the same values, so a result equals ``eval``'s, and where
+eval raises this raises :class:`EvalError` with the same exception. What this evaluator will not do
+raises :class:`Refused` (a subclass): calling anything else, a name that BFCL's ``eval`` finds among
+its module's globals (``os`` among them), lambdas with other than plain parameters, ``:=``, identity
+tests on values whose identity ``eval`` decides by constant sharing, and any value, total or work
+over the bounds below. Refusals are decoder failures; ``docs/bfcl.md`` lists them as deviations, and
+the differential test counts them.
 """
 
 from __future__ import annotations
@@ -27,12 +30,17 @@ import builtins
 import operator
 import re
 
-# Bounds. A value's *weight* approximates the length of its repr, shared references counted each
-# time (``[s] * n`` weighs ``n`` copies of ``s``), so that anything printed or joined from it stays
-# near its weight.
-MAX_WEIGHT = 1 << 24          # ~16 M characters (or ~4 M small list elements)
+# Bounds, all deterministic (never a clock), so that a verdict does not depend on the machine. A
+# value's *weight* approximates the length of its repr, shared references counted each time
+# (``[s] * n`` weighs ``n`` copies of ``s``), so that anything printed or joined from it stays near
+# its weight. The sum of the weights of all values made bounds the memory an expression can hold;
+# the work (nodes evaluated, elements visited or handed to a builtin) bounds its time: a few
+# seconds and ~100 MB at most, while the values models write weigh tens of units.
+MAX_WEIGHT = 1 << 22          # one value: ~4 M characters, or ~1 M small list elements
+MAX_PRODUCED = 1 << 24        # all values made by one expression together
+MAX_ITEMS = 1 << 20           # elements a builtin may make out of one input (list("..."), split, range)
 MAX_INT_BITS = 1 << 20        # ~315,000 decimal digits
-MAX_STEPS = 1_000_000         # evaluated nodes and loop iterations
+MAX_WORK = 10_000_000         # evaluated nodes (10 each), elements visited or sized (1 each)
 MAX_FORMAT_WIDTH = 100_000    # widths / precisions in format specs
 
 
@@ -155,7 +163,11 @@ _SPEC_NUMBER = re.compile(r"\d+")
 _PERCENT_SPEC = re.compile(r"%[#0\- +]*(\*|\d+)?(?:\.(\*|\d+))?")
 
 
-def weight(value, _memo=None) -> int:
+_FIXED_WEIGHT = {float: 24, complex: 24, type(None): 24, type(Ellipsis): 24, range: 24}
+_CONTAINERS = (list, tuple, set, frozenset, dict)
+
+
+def weight(value, _memo=None, _visits=None) -> int:
     """About the length of ``repr(value)``, counting a shared object at each place it occurs."""
     t = type(value)
     if t is str:
@@ -164,37 +176,35 @@ def weight(value, _memo=None) -> int:
         return len(value) + 14
     if t is int or t is bool:
         return value.bit_length() // 3 + 2
-    if t in (float, complex, type(None), type(Ellipsis)):
-        return 24
-    if t is range:
-        return 24
-    if t in (list, tuple, set, frozenset, dict):
-        memo = {} if _memo is None else _memo
-        key = id(value)
-        if key in memo:
-            if memo[key] is None:  # a cycle cannot be built from these types, but never loop
-                raise Refused("self-referencing value")
-            return memo[key]
-        memo[key] = None
-        items = value.items() if t is dict else ((v,) for v in value)
-        total = 2
-        for pair in items:
-            for v in pair:
-                total += weight(v, memo) + 2
-                if total > MAX_WEIGHT:
-                    memo[key] = total
-                    return total
-        memo[key] = total
-        return total
-    return 64  # iterators, views, builtin callables: their repr is short
-
-
-def _check(value):
-    if type(value) is int and value.bit_length() > MAX_INT_BITS:
-        raise Refused(f"an integer of {value.bit_length()} bits (bound {MAX_INT_BITS})")
-    if weight(value) > MAX_WEIGHT:
-        raise Refused(f"a value larger than {MAX_WEIGHT} characters/elements")
-    return value
+    if t in _FIXED_WEIGHT:
+        return _FIXED_WEIGHT[t]
+    if t not in _CONTAINERS:
+        return 64  # iterators, views, builtin callables: their repr is short
+    memo = {} if _memo is None else _memo
+    key = id(value)
+    if key in memo:
+        if memo[key] is None:  # a cycle cannot be built from these types, but never loop
+            raise Refused("self-referencing value")
+        return memo[key]
+    memo[key] = None
+    total, n = 2, 0
+    for v in (value if t is not dict else (x for pair in value.items() for x in pair)):
+        n += 1
+        tv = type(v)  # scalars inline: a million-element list is measured in a fraction of a second
+        if tv is str:
+            total += len(v) + 4
+        elif tv is int or tv is bool:
+            total += v.bit_length() // 3 + 4
+        elif tv in _FIXED_WEIGHT:
+            total += _FIXED_WEIGHT[tv] + 2
+        else:
+            total += weight(v, memo, _visits) + 2
+        if total > MAX_WEIGHT:
+            break
+    if _visits is not None:
+        _visits[0] += n
+    memo[key] = total
+    return total
 
 
 def _check_spec(spec: str) -> None:
@@ -279,12 +289,45 @@ class _Lambda:
 
 class _Evaluator:
     def __init__(self):
-        self.steps = 0
+        self.work = 0
+        self.produced = 0
 
-    def step(self, n: int = 1):
-        self.steps += n
-        if self.steps > MAX_STEPS:
-            raise Refused(f"more than {MAX_STEPS} evaluation steps")
+    def charge(self, n: int):
+        self.work += n
+        if self.work > MAX_WORK:
+            raise Refused(f"more than {MAX_WORK} units of evaluation work (evaluation steps)")
+
+    def step(self):
+        self.charge(10)
+
+    def measure(self, value) -> int:
+        """``value``'s weight, within the bound for one value; measuring it is work."""
+        if type(value) is int and value.bit_length() > MAX_INT_BITS:
+            raise Refused(f"an integer of {value.bit_length()} bits (bound {MAX_INT_BITS})")
+        visits = [0]
+        w = weight(value, None, visits)
+        self.charge(visits[0] + (len(value) >> 6 if isinstance(value, (str, bytes, bytearray)) else 0))
+        if w > MAX_WEIGHT:
+            raise Refused(f"a value larger than {MAX_WEIGHT} characters/elements")
+        return w
+
+    def check(self, value):
+        """A value just made: within the bounds, and counted into what the expression holds."""
+        self.produced += self.measure(value)
+        if self.produced > MAX_PRODUCED:
+            raise Refused(f"values larger than {MAX_PRODUCED} characters/elements in all")
+        return value
+
+    def grow(self, total: list, value) -> None:
+        """A container being filled: its running weight stays within the bound for one value."""
+        total[0] += self.measure(value) + 2
+        if total[0] > MAX_WEIGHT:
+            raise Refused(f"a value larger than {MAX_WEIGHT} characters/elements")
+
+    def charge_inputs(self, *values):
+        """The work of a builtin operation, as the sizes of its inputs."""
+        self.charge(sum(len(v) if isinstance(v, _SIZED) else v.bit_length() >> 6 if type(v) is int else 0
+                        for v in values))
 
     # -- dispatch ----------------------------------------------------------------------------
     def ev(self, node, scope: dict):
@@ -327,44 +370,51 @@ class _Evaluator:
         return _Lambda(self, node, scope, defaults)
 
     def _elements(self, elts, scope):
-        out = []
+        out, total = [], [2]
         for e in elts:
             if isinstance(e, ast.Starred):
-                out.extend(self._iterate(self.ev(e.value, scope)))
+                items = self._iterate(self.ev(e.value, scope))
             else:
-                out.append(self.ev(e, scope))
+                items = [self.ev(e, scope)]
+            for v in items:
+                self.grow(total, v)
+                out.append(v)
         return out
 
     def ev_List(self, node, scope):
-        return _check(self._elements(node.elts, scope))
+        return self.check(self._elements(node.elts, scope))
 
     def ev_Tuple(self, node, scope):
-        return _check(tuple(self._elements(node.elts, scope)))
+        return self.check(tuple(self._elements(node.elts, scope)))
 
     def ev_Set(self, node, scope):
-        return _check(set(self._elements(node.elts, scope)))
+        return self.check(set(self._elements(node.elts, scope)))
 
     def ev_Dict(self, node, scope):
-        out = {}
+        out, total = {}, [2]
         for k, v in zip(node.keys, node.values):
             if k is None:
                 sub = self.ev(v, scope)
                 if type(sub) is not dict:
                     raise EvalError(f"TypeError: {type(sub).__name__!r} object is not a mapping")
+                self.grow(total, sub)
                 out.update(sub)
             else:
                 key = self.ev(k, scope)
-                out[key] = self.ev(v, scope)
-        return _check(out)
+                value = self.ev(v, scope)
+                self.grow(total, (key, value))
+                out[key] = value
+        return self.check(out)
 
     def ev_BinOp(self, node, scope):
         a = self.ev(node.left, scope)
         b = self.ev(node.right, scope)
         _precheck_binop(type(node.op), a, b)
-        return _check(_BINOPS[type(node.op)](a, b))
+        self.charge_inputs(a, b)
+        return self.check(_BINOPS[type(node.op)](a, b))
 
     def ev_UnaryOp(self, node, scope):
-        return _check(_UNARY[type(node.op)](self.ev(node.operand, scope)))
+        return self.check(_UNARY[type(node.op)](self.ev(node.operand, scope)))
 
     def ev_BoolOp(self, node, scope):
         is_and = isinstance(node.op, ast.And)
@@ -379,6 +429,7 @@ class _Evaluator:
         left = self.ev(node.left, scope)
         for op, comp in zip(node.ops, node.comparators):
             right = self.ev(comp, scope)
+            self.charge_inputs(left, right)
             if isinstance(op, (ast.Is, ast.IsNot)) and not all(
                     x is None or type(x) is bool or x is Ellipsis for x in (left, right)):
                 # eval() shares equal constants of one code object, so `is` there is a compiler detail
@@ -392,20 +443,19 @@ class _Evaluator:
         return self.ev(node.body if self.ev(node.test, scope) else node.orelse, scope)
 
     def ev_Subscript(self, node, scope):
-        return _check(self.ev(node.value, scope)[self.ev(node.slice, scope)])
+        return self.check(self.ev(node.value, scope)[self.ev(node.slice, scope)])
 
     def ev_Slice(self, node, scope):
         part = [None if n is None else self.ev(n, scope) for n in (node.lower, node.upper, node.step)]
         return slice(*part)
 
     def ev_JoinedStr(self, node, scope):
-        parts = []
+        parts, total = [], [2]
         for v in node.values:
-            if isinstance(v, ast.Constant):
-                parts.append(v.value)
-            else:
-                parts.append(self.ev_FormattedValue(v, scope))
-        return _check("".join(parts))
+            part = v.value if isinstance(v, ast.Constant) else self.ev_FormattedValue(v, scope)
+            self.grow(total, part)
+            parts.append(part)
+        return self.check("".join(parts))
 
     def ev_FormattedValue(self, node, scope):
         value = self.ev(node.value, scope)
@@ -430,7 +480,7 @@ class _Evaluator:
     # -- calls -------------------------------------------------------------------------------
     def _args(self, node, scope):
         args = self._elements(node.args, scope)
-        kwargs = {}
+        kwargs, total = {}, [2]
         for kw in node.keywords:
             if kw.arg is None:
                 sub = self.ev(kw.value, scope)
@@ -439,6 +489,7 @@ class _Evaluator:
                 kwargs.update(sub)
             else:
                 kwargs[kw.arg] = self.ev(kw.value, scope)
+            self.grow(total, kwargs)
         return args, kwargs
 
     def ev_Call(self, node, scope):
@@ -475,21 +526,23 @@ class _Evaluator:
         if func is iter and len(args) != 1:
             raise Refused("iter() with a sentinel")
         _precheck_builtin(func, args, kwargs)
-        return _check(func(*args, **kwargs))
+        self.charge_inputs(*args, *kwargs.values())
+        return self.check(func(*args, **kwargs))
 
     def _call_method(self, obj, name, args, kwargs):
         if name == "join" and args and not isinstance(args[0], _SIZED):
             args[0] = self._iterate(args[0])  # join consumes its iterable anyway
         _precheck_method(obj, name, args, kwargs)
-        return _check(getattr(obj, name)(*args, **kwargs))
+        self.charge_inputs(obj, *args, *kwargs.values())
+        return self.check(getattr(obj, name)(*args, **kwargs))
 
     # -- comprehensions ------------------------------------------------------------------------
     def _iterate(self, it):
-        if isinstance(it, range) and len(it) > MAX_WEIGHT:
-            raise Refused(f"iterating over more than {MAX_WEIGHT} items")
+        if _too_many_items(it):
+            raise Refused(f"iterating over more than {MAX_ITEMS} items")
         out = []
         for x in it:
-            self.step()
+            self.charge(1)
             out.append(x)
         return out
 
@@ -523,35 +576,46 @@ class _Evaluator:
         else:
             raise Refused(f"assignment to {type(target).__name__} is not evaluated")
 
-    def ev_ListComp(self, node, scope):
-        out = []
-        self._comprehend(node.generators, scope, lambda env: out.append(self.ev(node.elt, env)))
-        return _check(out)
-
-    def ev_SetComp(self, node, scope):
-        out = set()
-        self._comprehend(node.generators, scope, lambda env: out.add(self.ev(node.elt, env)))
-        return _check(out)
-
-    def ev_GeneratorExp(self, node, scope):
-        # evaluated eagerly: a tuple iterator stands in for the generator (same items, same order)
-        out = []
-        self._comprehend(node.generators, scope, lambda env: out.append(self.ev(node.elt, env)))
-        _check(out)
-        return iter(out)
-
-    def ev_DictComp(self, node, scope):
-        out = {}
+    def _collect(self, node, scope) -> list:
+        out, total = [], [2]
 
         def emit(env):
-            out[self.ev(node.key, env)] = self.ev(node.value, env)
+            v = self.ev(node.elt, env)
+            self.grow(total, v)
+            out.append(v)
 
         self._comprehend(node.generators, scope, emit)
-        return _check(out)
+        return out
+
+    def ev_ListComp(self, node, scope):
+        return self.check(self._collect(node, scope))
+
+    def ev_SetComp(self, node, scope):
+        return self.check(set(self._collect(node, scope)))
+
+    def ev_GeneratorExp(self, node, scope):
+        # evaluated eagerly: a list iterator stands in for the generator (same items, same order)
+        return iter(self.check(self._collect(node, scope)))
+
+    def ev_DictComp(self, node, scope):
+        out, total = {}, [2]
+
+        def emit(env):
+            key, value = self.ev(node.key, env), self.ev(node.value, env)
+            self.grow(total, (key, value))
+            out[key] = value
+
+        self._comprehend(node.generators, scope, emit)
+        return self.check(out)
 
 
 def _precheck_method(obj, name, args, kwargs):
     if type(obj) in (str, bytes):
+        if name in ("split", "rsplit", "splitlines") and len(obj) > MAX_ITEMS:
+            sep = args[0] if args else kwargs.get("sep")
+            parts = obj.count(sep) + 1 if type(sep) is type(obj) and sep else len(obj) // 2 + 1
+            if name == "splitlines" or parts > MAX_ITEMS:
+                raise Refused(f"splitting into over {MAX_ITEMS} parts")
         if name in ("center", "ljust", "rjust", "zfill"):
             width = args[0] if args else kwargs.get("width", 0)
             if type(width) in (int, bool) and width > MAX_WEIGHT:
@@ -574,28 +638,40 @@ def _precheck_method(obj, name, args, kwargs):
             raise Refused(f"to_bytes of over {MAX_WEIGHT} bytes")
 
 
+# Builtins that make (or yield) an item per element of their input; min/max/sum/all/any only loop.
+_ITEM_MAKERS = (list, tuple, set, frozenset, dict, sorted, reversed, enumerate, zip, map, filter, iter, bytes, bytearray)
+
+
+def _too_many_items(value) -> bool:
+    try:
+        return len(value) > MAX_ITEMS
+    except OverflowError:  # a range longer than sys.maxsize
+        return True
+    except TypeError:  # unsized: an iterator, itself made from a bounded input
+        return False
+
+
 def _precheck_builtin(func, args, kwargs):
     if func is range:
         try:
-            n = len(range(*args))
-        except (TypeError, ValueError, OverflowError):
+            r = range(*args)
+        except (TypeError, ValueError):
             return  # range() itself raises the same error
-        if n > MAX_WEIGHT:
-            raise Refused(f"a range of over {MAX_WEIGHT} items")
+        if _too_many_items(r):
+            raise Refused(f"a range of over {MAX_ITEMS} items")
     elif func in (bytes, bytearray) and args and type(args[0]) in (int, bool) and args[0] > MAX_WEIGHT:
         raise Refused(f"bytes({args[0]})")
     elif func is pow and len(args) == 2:
         _precheck_binop(ast.Pow, args[0], args[1])
     elif func is format and len(args) >= 2 and type(args[1]) is str:
         _check_spec(args[1])
-    elif func is sum and len(args) >= 2 and type(args[1]) in (list, tuple, str, bytes):
+    if func is sum and len(args) >= 2 and type(args[1]) in (list, tuple, str, bytes):
         if isinstance(args[0], (list, tuple)) and len(args[0]) > 1000:
             raise Refused("summing over 1000 sequences")
-    elif func in (map, filter, zip, enumerate, reversed, sorted, list, tuple, set, frozenset, dict, min, max,
-                  all, any, sum):
+    if func in _ITEM_MAKERS:
         for a in args:
-            if isinstance(a, range) and len(a) > MAX_WEIGHT:
-                raise Refused(f"iterating over more than {MAX_WEIGHT} items")
+            if type(a) not in (int, bool) and _too_many_items(a):
+                raise Refused(f"making over {MAX_ITEMS} items out of one value")
 
 
 def evaluate(node: ast.AST):
