@@ -22,11 +22,13 @@ WHEEL = f"bfcl_eval-{BFCL_VERSION}-py3-none-any.whl"
 # -- the data (the real wheel, downloaded once without dependencies) ---------------------------
 @pytest.fixture(scope="session")
 def bfcl_wheel(repo_root) -> Path:
-    """The bfcl-eval wheel: resources/bfcl/wheel/ (the bfcl_data rule's download dir), else pip download."""
-    for d in (repo_root / "resources" / "bfcl" / "wheel", Path(os.environ.get("QUANTLADDER_BFCL_WHEEL_DIR", "/nonexistent"))):
+    """The bfcl-eval wheel: resources/benchmarks/bfcl/wheel/ (the benchmark_source rule's download dir), else
+    pip download."""
+    for d in (repo_root / "resources" / "benchmarks" / "bfcl" / "wheel", repo_root / "resources" / "bfcl" / "wheel",
+              Path(os.environ.get("QUANTLADDER_BFCL_WHEEL_DIR", "/nonexistent"))):
         if (d / WHEEL).is_file():
             return d / WHEEL
-    d = repo_root / "resources" / "bfcl" / "wheel"
+    d = repo_root / "resources" / "benchmarks" / "bfcl" / "wheel"
     try:
         return data.download_wheel(BFCL_VERSION, d)
     except DataError as e:
@@ -211,94 +213,119 @@ SAMPLE = ["simple_python", "simple_java", "parallel", "irrelevance"]
 
 
 def test_real_model_sample_gives_verdicts_and_rows(smollm_q8, bfcl_record, tmp_path):
-    from quantladder import dataset
+    """The real model through the one generation loop and the one score stage, batched."""
+    from quantladder import benchmarks, dataset, generation, scoring
+    from quantladder.benchmarks import ScoringContext
     from quantladder.engine import Engine, EngineSettings
-    from quantladder.io import read_jsonl
 
-    s = run.settings({"categories": SAMPLE, "limit": 1, "max_tokens": 24})
-    items = data.load_items(bfcl_record, s["categories"], s["limit"], seed=0)
-    gen_path = tmp_path / "generations.jsonl"
-    with Engine(str(smollm_q8), EngineSettings(n_ctx=4096)) as engine:
-        out = run.generate(engine, bfcl_record["root"], items[:2], gen_path, s, spec="abc")
-        assert out["generated"] == 2
-        # resume: the first two are skipped, the rest appended; a record of another spec is dropped
-        with open(gen_path, "a") as f:
-            f.write(json.dumps({"item_id": items[3]["id"], "spec": "old", "text": "x"}) + "\n")
-        run.generate(engine, bfcl_record["root"], items, gen_path, s, spec="abc")
-    gens = read_jsonl(gen_path)
-    assert [g["item_id"] for g in gens] == [i["id"] for i in items] and all(g["spec"] == "abc" for g in gens)
+    bench = benchmarks.create("bfcl", {"enabled": True, "categories": SAMPLE, "limit": 1, "max_tokens": 24,
+                                       "n_ctx": 4096})
+    items, facts = bench.build_items(bfcl_record, reference_gguf=None, family={})
+    assert [it.subset for it in items] == SAMPLE and facts["data_sha256"] == bfcl_record["sha256"]
+    assert all("ground_truth" not in it.data for it in items)  # answers only where the scorer reads them
+    loop = generation.Loop(bench, items, key="k", store_dir=tmp_path, n_parallel=2,
+                           engine_for=lambda n: Engine(str(smollm_q8), EngineSettings(n_ctx=n, n_parallel=2)),
+                           env=bench.open_env(bfcl_record, "generate"))
+    res = loop.run()
+    gens = res.records
+    assert [g["item_id"] for g in gens] == [it.id for it in items]
     assert all(g["n_gen_tokens"] > 0 and g["finish_reason"] in ("stop", "length") for g in gens)
     assert all(isinstance(g["degenerate"], bool) and g["n_prompt_tokens"] > 300 for g in gens)
-    verdicts = run.score(items, gens)
+    out = scoring.score(bench, items, gens, res.meta, key="s", store_dir=tmp_path,
+                        ctx=ScoringContext(bench.open_env(bfcl_record, "score")))
+    verdicts = out.verdicts
     assert len(verdicts) == len(items) and {v["subset"] for v in verdicts} == set(SAMPLE)
     assert all(isinstance(v["correct"], bool) and (v["correct"] or v["error_type"]) for v in verdicts)
-    rows = score.metric_rows(verdicts, s["categories"])
-    names = {(r["metric"], r["subset"]) for r in rows}
+    names = {(r["metric"], r["subset"]) for r in out.rows}
     assert {("accuracy", c) for c in SAMPLE} <= names and ("parse_failure_rate", None) in names
-    table = dataset.to_table([{**r, "card": "test", "benchmark": "bfcl"} for r in rows])
-    assert table.num_rows == len(rows)
+    assert ("degenerate_items", None) in names and ("generation_output_tokens", None) in names
+    assert ("accuracy", None) not in names  # the headline needs every AST category
+    table = dataset.to_table([{**r, "card": "test", "benchmark": "bfcl"} for r in out.rows])
+    assert table.num_rows == len(out.rows)
 
 
-def test_generation_and_scoring_rules_run(repo_root, tmp_path, bfcl_record, smollm_f16, smollm_q8):
-    """The rule scripts themselves, through Snakemake, on a copy of the workflow with a tiny config:
-    the Q8_0 point and, for its flips, the F16 reference point."""
+def test_headline_is_the_mean_of_non_live_and_live_ast_as_bfcl_weighs_them():
+    from quantladder.benchmarks.bfcl import LIVE_AST, NON_LIVE_AST, headline
+
+    vs = []
+    acc = {c: k for c, k in zip(NON_LIVE_AST + LIVE_AST, (1, 2, 3, 4, 0, 4, 2, 2, 1, 3))}
+    n = {c: 4 for c in NON_LIVE_AST}
+    n.update({"live_simple": 4, "live_multiple": 8, "live_parallel": 2, "live_parallel_multiple": 4})
+    for c in NON_LIVE_AST + LIVE_AST:
+        vs += [{"item_id": f"{c}{i}", "subset": c, "correct": i < acc[c]} for i in range(n[c])]
+    rows = {(r["metric"], r["subset"]): r["value"] for r in score.metric_rows(vs, NON_LIVE_AST + LIVE_AST)}
+    value, se, used = headline(vs)
+    assert value == pytest.approx((rows[("accuracy", "non_live")] + rows[("accuracy", "live")]) / 2)
+    assert used == len(vs) and 0 < se < 20
+
+
+def test_generation_and_scoring_rules_run(repo_root, tmp_path, bfcl_record, bfcl_wheel, smollm_f16, smollm_q8):
+    """The generic rules through Snakemake on a copy of the workflow with a tiny BFCL config; scoring
+    again (a scoring-only change) reruns no generation job."""
     work = tmp_path / "wf"
     for d in ("rules", "scripts", "config", "workflow", "envs"):
         shutil.copytree(repo_root / d, work / d, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     smk = work / "Snakefile"
     smk.write_text('configfile: "config/config.yaml"\n'
-                   + "".join(f'include: "rules/{r}.smk"\n' for r in ("common", "models", "anchors", "bfcl")))
+                   + "".join(f'include: "rules/{r}.smk"\n' for r in ("common", "tools", "models", "anchors",
+                                                                    "tasks")))
+    from quantladder.gguf_meta import read_info
+
     for kind, rung, path in (("quantized", "Q8_0", smollm_q8), ("reference", "F16", smollm_f16)):
         model_dir = work / "resources" / "models" / "smollm2-135m-instruct" / kind
         model_dir.mkdir(parents=True)
         (model_dir / f"{rung}.gguf").symlink_to(path)
-        (model_dir / f"{rung}.gguf.json").write_text(json.dumps({"sha256": "test", "info": {}, "method": "test"}))
-    data_dir = work / "resources" / "bfcl"
-    shutil.copytree(bfcl_record["root"], data_dir / "data")
-    (data_dir / "data.json").write_text(json.dumps({**bfcl_record, "root": str(data_dir / "data")}))
+        (model_dir / f"{rung}.gguf.json").write_text(json.dumps({"sha256": "test", "info": read_info(path).as_dict(),
+                                                                 "method": "test"}))
     anchors = work / "results" / "cpu" / "anchors"
     anchors.mkdir(parents=True)
     (anchors / "bfcl.json").write_text(json.dumps({"status": "unanchored", "reason": "test"}))
-    (work / "extra.yaml").write_text(
-        "card: cpu\nbenchmarks:\n  bfcl:\n    enabled: true\n    categories: [simple_python, irrelevance]\n"
-        "    limit: 1\n    max_tokens: 16\n    n_ctx: 4096\n")
+    wheel_dir = work / "resources" / "benchmarks" / "bfcl" / "wheel"  # the source rule finds it there
+    wheel_dir.mkdir(parents=True)
+    shutil.copy(bfcl_wheel, wheel_dir)
+    extra = ("card: cpu\ngeneration: {n_parallel: 2}\nbenchmarks:\n  bfcl:\n    enabled: true\n"
+             "    categories: [simple_python, irrelevance]\n"
+             "    limit: 1\n    max_tokens: 16\n    n_ctx: 4096\n  humaneval: {enabled: false}\n"
+             "  ruler: {enabled: false}\n")
+    (work / "extra.yaml").write_text(extra)
     target = "results/cpu/points/smollm2-135m-instruct/Q8_0/f16/bfcl/metrics.json"
     env = {**os.environ, "PYTHONPATH": str(work / "workflow")}
     cmd = [str(Path(sys.executable).with_name("snakemake")), "--cores", "2", "--configfile", "config/config.yaml",
-           "extra.yaml", "--allowed-rules", "bfcl_generate", "bfcl_score", "--", target]
+           "extra.yaml", "--allowed-rules", "benchmark_source", "benchmark_items", "generate", "score", "--", target]
     proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     point = work / "results/cpu/points/smollm2-135m-instruct/Q8_0/f16/bfcl"
-    done = json.loads((point / "generations.done.json").read_text())
-    assert done["complete"] and done["n_items"] == 2
+    done = json.loads((point / "generations.json").read_text())
+    assert done["complete"] and done["planned"] == 2 and done["n_parallel"] == 2
     m = json.loads((point / "metrics.json").read_text())
     assert m["status"] == "unanchored" and m["manifest"]["data"]["sha256"] == bfcl_record["sha256"]
     assert {(r["metric"], r["subset"]) for r in m["rows"]} >= {("accuracy", "simple_python"), ("accuracy", "irrelevance")}
     assert len((point / "verdicts.jsonl").read_text().splitlines()) == 2
     names = {r["metric"] for r in m["rows"]}
-    assert {"flip_rate", "flips_right_to_wrong", "parse_failure_rate", "degenerate_loops"} <= names
-    ref = json.loads((point.parents[2] / "F16/f16/bfcl/metrics.json").read_text())
-    assert "flip_rate" not in {r["metric"] for r in ref["rows"]}  # the reference has nothing to flip against
-    # scoring again reads the saved generations only: no generation job reruns
-    proc = subprocess.run(cmd[:-2] + ["--forcerun", "bfcl_score", "--", target], cwd=work, capture_output=True,
-                          text=True, env=env, timeout=900)
+    assert {"parse_failure_rate", "degenerate_items", "generation_seconds", "n_parallel"} <= names
+    # a scoring-only change (the sandbox's wall time) reruns the score job and no generation job
+    (work / "extra.yaml").write_text(extra.replace("    n_ctx: 4096\n", "    n_ctx: 4096\n    sandbox_wall_s: 12\n"))
+    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "bfcl_generate" not in proc.stderr.split("Job stats")[-1]
+    stats = (proc.stdout + proc.stderr).split("Job stats")[-1].split("Reasons")[0]
+    ran = {ln.split()[0] for ln in stats.splitlines() if ln.strip() and not ln.startswith(("job", "-", "total"))}
+    assert "score" in ran and "generate" not in ran, ran
 
 
-def test_anchor_runner_through_the_gate(smollm_q8, bfcl_record, tmp_path, monkeypatch):
-    """anchors.evaluate finds benchmarks.bfcl.anchor_score; an unreachable anchor model is 'unanchored'."""
+def test_anchor_runner_through_the_gate(smollm_q8, bfcl_wheel, tmp_path, monkeypatch):
+    """anchors.evaluate finds BFCL's runner through the Benchmark registry: the anchor model through
+    the same items, loop and scorer as every point; an unreachable anchor model is 'unanchored'."""
     from quantladder import anchors
 
-    monkeypatch.chdir(tmp_path)  # the runner keeps its generations under resources/bfcl/anchor/
-    rec_path = tmp_path / "data.json"
-    rec_path.write_text(json.dumps(bfcl_record))
+    monkeypatch.chdir(tmp_path)  # the runner keeps its replies under resources/anchors/bfcl/
     entry = {"benchmark": "bfcl", "model": {"path": str(smollm_q8)}, "metric": "accuracy", "subset": "simple_python",
-             "published": 0.0, "citation": "test", "tolerance": 100, "data_record": str(rec_path), "gpu_layers": 0,
-             "settings": {"categories": ["simple_python"], "limit": 1, "max_tokens": 8, "n_ctx": 2048}}
+             "published": 0.0, "citation": "test", "tolerance": 100, "gpu_layers": 0,
+             "settings": {"source": {"path": str(bfcl_wheel)}, "categories": ["simple_python"], "limit": 1,
+                          "max_tokens": 8, "n_ctx": 2048}}
     ident = {"label": "cpu", "kind": "cpu"}
     res = anchors.evaluate("bfcl", [entry], ident)
     assert res["status"] == "passed" and res["anchors"][0]["reproduced"] in (0.0, 100.0)
+    assert list((tmp_path / "resources/anchors/bfcl").glob("*/generations.jsonl"))
     gone = {**entry, "model": {"path": str(tmp_path / "absent.gguf")}}
     res = anchors.evaluate("bfcl", [gone], ident)
     assert res["status"] == "unanchored" and "absent.gguf" in res["reason"]

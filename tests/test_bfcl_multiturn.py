@@ -97,9 +97,12 @@ def test_real_model_drives_one_item(smollm_q8, executor, base_items, bfcl_record
     item = dict(base_items["multi_turn_base_1"])
     item["question"], item["ground_truth"] = item["question"][:1], item["ground_truth"][:1]
     runs0 = executor.runs
+    got = {}
     with Engine(str(smollm_q8), EngineSettings(n_ctx=8192)) as engine:
-        rec = multiturn.generate_item(engine, bfcl_record["root"], item, executor, max_tokens=24, step_limit=1)
-    assert rec["item_id"] == "multi_turn_base_1" and len(rec["turns"]) == 1 and rec["turns"][0]
+        driver = multiturn.drive_item(engine, bfcl_record["root"], item, executor, max_tokens=24, step_limit=1)
+        engine.run([driver], lambda i, rec: got.setdefault(i, rec))  # the generation loop's own call
+    rec = got[0]
+    assert len(rec["turns"]) == 1 and rec["turns"][0]
     assert rec["end"] in ("done", "force_terminated") and rec["n_prompt_tokens"] > 1000
     steps_with_calls = sum(1 for s in rec["turns"][0] if multiturn.decode_step(s) is not None)
     assert executor.runs - runs0 == steps_with_calls  # every decoded step went through the sandbox

