@@ -15,6 +15,7 @@ import quantladder.manifest as qmanifest
 import quantladder.anchors as qanchors
 import quantladder.resources as qres
 from quantladder import card as qcard
+from quantladder.measures import perplexity as qppl
 from quantladder import ladder as qladder
 from quantladder import llama_tools as qtools
 
@@ -37,6 +38,7 @@ wildcard_constraints:
     kv=r"[a-z0-9_]+(-[a-z0-9_]+)?",
     corpus=r"[A-Za-z0-9._-]+",
     n_ctx=r"\d+",
+    ctx=r"n\d+|trained",
     measure=r"[a-z_0-9]+",
     benchmark=r"[a-z_0-9]+",
 
@@ -172,7 +174,77 @@ def get_corpus_spec(wildcards):
 
 
 def get_corpus_file(wildcards):
+    """The headline corpus of perplexity (measures.perplexity.corpus): the anchor gate's text."""
     return f"resources/corpora/{config['measures']['perplexity']['corpus']}.txt"
+
+
+# -- perplexity passes: one job per (point, corpus, context), joined per point -----------------
+
+
+def get_perplexity_passes(wildcards):
+    run, _ = qppl.family_passes(config, wildcards.family)
+    return [
+        f"results/{wildcards.card}/points/{wildcards.family}/{wildcards.rung}/{wildcards.kv}"
+        f"/perplexity/{qppl.pass_name(c, ctx)}/metrics.json"
+        for c, ctx in run
+    ]
+
+
+def get_perplexity_skipped(wildcards):
+    return json.dumps(qppl.family_passes(config, wildcards.family)[1], sort_keys=True)
+
+
+def get_perplexity_spec(wildcards):
+    """The pass's key: the point with measures.perplexity narrowed to this (corpus, context)."""
+    w = wildcards
+    cfg = qppl.pass_config(config, w.corpus, w.ctx)
+    return qmanifest.spec_hash(cfg, w.card, w.family, w.rung, w.kv, "perplexity")
+
+
+def _rung_matrix(wildcards):
+    if qconfig.rung_kind(config, wildcards.family, wildcards.rung) != "quantized":
+        return None
+    return qconfig.rung_options(config, wildcards.family, wildcards.rung).get("imatrix")
+
+
+def get_calibration_corpus(wildcards):
+    """The text the rung's importance matrix was computed from (for the overlap figure)."""
+    im = _rung_matrix(wildcards)
+    return [f"resources/corpora/{im['corpus']}.txt"] if im and im.get("corpus") else []
+
+
+def get_calibration_spec(wildcards):
+    im = _rung_matrix(wildcards) or {}
+    return json.dumps(
+        {k: im.get(k) for k in ("corpus", "settings", "file")} if im else {},
+        sort_keys=True,
+    )
+
+
+def get_perplexity_mem_mb(kind):
+    """mem_mb of a pass: the model, its KV cache at the pass's context (the model's trained context
+    for a `trained` pass, read from the GGUF's sidecar), one decode's logits."""
+
+    def _mem_mb(wildcards, input, attempt):
+        info = qres._info(input)
+        settings = qppl.pass_settings(config, wildcards.corpus, wildcards.ctx)
+        n_ctx = settings["n_ctx"]
+        if n_ctx == qppl.TRAINED:
+            n_ctx = int(info.get("n_ctx_train") or 0) or 4096
+        proto = qppl.Protocol(
+            n_ctx=int(n_ctx), n_batch=settings["n_batch"], max_chunks=settings["max_chunks"]
+        )
+        return qres.estimate_mem_mb(
+            kind,
+            qres.model_bytes(input),
+            info=info,
+            n_ctx=proto.context_tokens,
+            kv=getattr(wildcards, "kv", None) or "f16",
+            attempt=attempt,
+        )
+
+    _mem_mb.__name__ = f"mem_mb_perplexity_{kind}"
+    return _mem_mb
 
 
 def spec_hash(measure):
@@ -215,26 +287,14 @@ def get_reference_logits(wildcards):
         return []
     return (
         f"results/{wildcards.card}/reference_logits/{wildcards.family}/"
-        f"{ppl['corpus']}-n{ppl['n_ctx']}.qlogits"
+        f"{qppl.pass_name(wildcards.corpus, wildcards.ctx)}.qlogits"
     )
 
 
 def get_reference_logits_spec(wildcards):
-    ppl = dict(config["measures"]["perplexity"])
-    ppl.pop("enabled", None)
-    ppl.pop("kld", None)
-    fam = config["families"][wildcards.family]
-    return qmanifest.hash_obj(
-        {
-            "perplexity": ppl,
-            "source": fam["source"],
-            "sha256": fam.get("sha256"),
-            "corpus": config["corpora"].get(wildcards.corpus),
-            "gpu_layers": config.get("gpu_layers", 0),
-            "llama_cpp_python": qmanifest._version("llama_cpp_python"),
-            "harness": qmanifest.HARNESS_VERSION,
-        }
-    )[:16]
+    """One store per (family, corpus, context): keyed by that pass's settings alone."""
+    cfg = qppl.pass_config(config, wildcards.corpus, wildcards.ctx)
+    return qmanifest.reference_logits_key(cfg, wildcards.family, wildcards.corpus)
 
 
 def anchors_file():

@@ -7,16 +7,17 @@ rule reference_logits:
         gguf=get_reference_gguf,
         info=get_reference_info,
         corpus="resources/corpora/{corpus}.txt",
+        corpus_info="resources/corpora/{corpus}.json",
     output:
-        logits="results/{card}/reference_logits/{family}/{corpus}-n{n_ctx}.qlogits",
-        info="results/{card}/reference_logits/{family}/{corpus}-n{n_ctx}.json",
+        logits="results/{card}/reference_logits/{family}/{corpus}-{ctx}.qlogits",
+        info="results/{card}/reference_logits/{family}/{corpus}-{ctx}.json",
     log:
-        "logs/reference_logits/{card}/{family}/{corpus}-n{n_ctx}.log",
+        "logs/reference_logits/{card}/{family}/{corpus}-{ctx}.log",
     conda:
         "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
-        mem_mb=qres.mem_mb("reference_logits", n_ctx=PPL_CONTEXT),
+        mem_mb=get_perplexity_mem_mb("reference_logits"),
         runtime=qres.runtime_min("reference_logits", config),
     params:
         spec=get_reference_logits_spec,
@@ -24,26 +25,53 @@ rule reference_logits:
         "../scripts/reference_logits.py"
 
 
+# One pass: a point on one corpus at one context (docs/corpora.md). Passes of a point are
+# separate jobs, so adding a corpus computes only its passes.
 rule perplexity:
     input:
         gguf=get_rung_gguf,
         info=get_rung_info,
-        corpus=get_corpus_file,
+        corpus="resources/corpora/{corpus}.txt",
+        corpus_info="resources/corpora/{corpus}.json",
         reference=get_reference_logits,
+        calibration=get_calibration_corpus,
         anchor=get_anchor_status("perplexity"),
     output:
-        metrics="results/{card}/points/{family}/{rung}/{kv}/perplexity/metrics.json",
-        manifest="results/{card}/points/{family}/{rung}/{kv}/perplexity/manifest.json",
+        metrics="results/{card}/points/{family}/{rung}/{kv}/perplexity/{corpus}-{ctx}/metrics.json",
+        manifest="results/{card}/points/{family}/{rung}/{kv}/perplexity/{corpus}-{ctx}/manifest.json",
     log:
-        "logs/perplexity/{card}/{family}/{rung}/{kv}.log",
+        "logs/perplexity/{card}/{family}/{rung}/{kv}/{corpus}-{ctx}.log",
     conda:
         "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
-        mem_mb=qres.mem_mb("inference", n_ctx=PPL_CONTEXT),
+        mem_mb=get_perplexity_mem_mb("inference"),
         runtime=qres.runtime_min("perplexity", config),
     params:
+        spec=get_perplexity_spec,
+        calibration=get_calibration_spec,
+    script:
+        "../scripts/perplexity.py"
+
+
+# The point's passes in one metrics file (rows keep their corpus as subset).
+rule perplexity_point:
+    input:
+        passes=get_perplexity_passes,
+    output:
+        metrics="results/{card}/points/{family}/{rung}/{kv}/perplexity/metrics.json",
+        manifest="results/{card}/points/{family}/{rung}/{kv}/perplexity/manifest.json",
+    log:
+        "logs/perplexity_point/{card}/{family}/{rung}/{kv}.log",
+    localrule: True
+    conda:
+        "../envs/quantladder.yaml"
+    resources:
+        mem_mb=1024,
+        runtime=10,
+    params:
         spec=spec_hash("perplexity"),
+        skipped=get_perplexity_skipped,
     script:
         "../scripts/perplexity.py"
 

@@ -1,4 +1,5 @@
-"""Rule corpus: materialize a perplexity corpus as one UTF-8 text file."""
+"""Rule corpus: materialize a corpus as one UTF-8 text file (a chat corpus: one JSON conversation
+per line), with a record of where it came from and its sha256 beside it."""
 
 import json
 import sys
@@ -6,22 +7,27 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
 
-from quantladder.corpora import materialize  # noqa: E402
+from quantladder.corpora import build  # noqa: E402
 from quantladder.errors import DataError  # noqa: E402
-from quantladder.io import atomic_path, sha256_bytes  # noqa: E402
-from quantladder.scriptutil import main  # noqa: E402
+from quantladder.io import atomic_path, sha256_bytes, write_json  # noqa: E402
+from quantladder.scriptutil import log, main  # noqa: E402
 
 
 def run(smk):
+    name = smk.wildcards.corpus
     source = json.loads(smk.params.source)
-    text = materialize(source)
-    if len(text.strip()) == 0:
-        raise DataError(f"corpus {smk.wildcards.corpus} is empty")
-    digest = sha256_bytes(text.encode("utf-8"))
+    corpus = build(source)
+    if len(corpus.text.strip()) == 0:
+        raise DataError(f"corpus {name} is empty")
+    data = corpus.text.encode("utf-8")
+    digest = sha256_bytes(data)
     if source.get("sha256") and source["sha256"] != digest:
-        raise DataError(f"corpus {smk.wildcards.corpus}: sha256 is {digest}, corpora.{smk.wildcards.corpus}.sha256 expects {source['sha256']}")
-    with atomic_path(smk.output[0]) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+        raise DataError(f"corpus {name}: sha256 is {digest}, corpora.{name}.sha256 expects {source['sha256']}")
+    with atomic_path(smk.output.text) as tmp:
+        tmp.write_bytes(data)
+    write_json(smk.output.info, {"name": name, "sha256": digest, "bytes": len(data), "chars": len(corpus.text),
+                                 "kind": corpus.kind, "source": source, **corpus.record})
+    log.info("corpus %s: %d characters, sha256 %s", name, len(corpus.text), digest)
 
 
 main(run, snakemake)

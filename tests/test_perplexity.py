@@ -127,17 +127,20 @@ def test_a_pass_past_its_deadline_stops_and_leaves_no_reference(smollm_q8, tmp_p
 
 
 class _KeepChunks:
-    """A stand-in for ReferenceWriter/ReferenceReader holding chunks in memory (the file format is
+    """A stand-in for ReferenceWriter/ReferenceReader holding rows in memory (the file format is
     tested above with the real model; this checks the blocked arithmetic)."""
 
     def __init__(self):
-        self.chunks = []
+        self.chunks = {}
 
-    def add_quantized(self, meta, q):
-        self.chunks.append((meta.copy(), q.copy()))
+    def add_rows(self, c, r0, meta, q):
+        m, qq = self.chunks.get(c, (np.empty((0, 2), np.float32), np.empty((0, q.shape[1]), np.uint16)))
+        assert len(m) == r0  # rows arrive in order
+        self.chunks[c] = (np.concatenate([m, meta]), np.concatenate([qq, q]))
 
-    def chunk(self, c):
-        return self.chunks[c]
+    def rows_of(self, c, r0, r1):
+        m, q = self.chunks[c]
+        return m[r0:r1], q[r0:r1]
 
 
 def _score(logits, tokens, proto, *, reference=None, writer=None, n_threads, block_bytes):
@@ -165,7 +168,7 @@ def test_blocked_threaded_scoring_is_bit_identical_and_matches_the_direct_formul
         _score(base_logits, tokens, proto, writer=w, n_threads=threads, block_bytes=block)
         stores.append(w)
     for w in stores[1:]:  # the stored reference does not depend on blocks or threads
-        for (m0, q0), (m1, q1) in zip(stores[0].chunks, w.chunks):
+        for (m0, q0), (m1, q1) in zip(stores[0].chunks.values(), w.chunks.values()):
             assert np.array_equal(m0, m1) and np.array_equal(q0, q1)
 
     outs = [_score(rung_logits, tokens, proto, reference=stores[0], n_threads=t, block_bytes=b)
@@ -314,3 +317,146 @@ def test_an_interrupted_kld_pass_resumes_and_a_changed_key_starts_over(smollm_q8
     assert len(calls) == 4
     assert np.array_equal(again["kld"], full["kld"])
 
+
+
+# -- long documents: a chunk decoded in n_batch pieces, each scored as it comes ---------------------
+LONG = P.Protocol(n_ctx=2048, n_batch=512, max_chunks=1)  # 4 pieces of 512 per chunk
+WHOLE = P.Protocol(n_ctx=2048, n_batch=2048, max_chunks=1)  # the chunk in one decode (4 ubatches of 512)
+
+
+def _run(model, proto, text=TEXT, **kw):
+    with RawContext(str(model), n_ctx=proto.context_tokens, n_batch=proto.batch_tokens, n_seq_max=proto.n_seq,
+                    n_threads=2) as ctx:
+        return P.run(ctx, text, proto, **kw)
+
+
+def test_protocol_of_a_long_document():
+    assert (LONG.piece, LONG.context_tokens, LONG.batch_tokens, LONG.n_seq) == (512, 2048, 512, 1)
+    assert (WHOLE.piece, WHOLE.batch_tokens) == (2048, 2048)
+    short = P.Protocol(n_ctx=512, n_batch=2048)
+    assert (short.piece, short.context_tokens, short.batch_tokens) == (512, 2048, 2048)
+
+
+@pytest.fixture(scope="module")
+def long_reference(smollm_f16, tmp_path_factory):
+    d = tmp_path_factory.mktemp("long")
+    pieces, whole = d / "pieces.qlogits", d / "whole.qlogits"
+    res_p = _run(smollm_f16, LONG, write_reference=pieces)
+    res_w = _run(smollm_f16, WHOLE, write_reference=whole)
+    return pieces, whole, res_p, res_w
+
+
+def test_a_long_chunk_scored_piece_by_piece_equals_the_whole_chunk(long_reference, smollm_q4km):
+    """The same figures and the same store bytes whether a chunk's rows are scored after each
+    512-token piece or all at once (llama-perplexity's way): the rows are the same rows."""
+    pieces, whole, res_p, res_w = long_reference
+    assert pieces.read_bytes() == whole.read_bytes()
+    assert np.array_equal(res_p["nll"], res_w["nll"])
+    kp = _run(smollm_q4km, LONG, reference=P.ReferenceReader(pieces))
+    kw = _run(smollm_q4km, WHOLE, reference=P.ReferenceReader(whole))
+    for k in ("nll", "nll_base", "kld", "dp", "same_top"):
+        assert np.array_equal(kp[k], kw[k]), k
+    s = P.summarize(kp)
+    assert s["n_tokens"] == LONG.rows_per_chunk == 1023 and s["kld_mean"] > 0
+
+
+def test_a_long_pass_holds_one_piece_of_logits_not_the_chunk(long_reference, smollm_q4km):
+    """Python-side memory of a KLD pass (numpy buffers, traced by tracemalloc) stays near a few
+    pieces of rows x vocabulary; llama-perplexity keeps every scored row of the chunk
+    (n_ctx/2 x n_vocab float32, 4x one piece here) before scoring."""
+    import tracemalloc
+
+    pieces = long_reference[0]
+    ref = P.ReferenceReader(pieces)
+    piece_bytes = LONG.piece * ref.n_vocab * 4
+    chunk_rows_bytes = LONG.rows_per_chunk * ref.n_vocab * 4
+    with RawContext(str(smollm_q4km), n_ctx=LONG.context_tokens, n_batch=LONG.batch_tokens, n_threads=2) as ctx:
+        tracemalloc.start()
+        P.run(ctx, TEXT, LONG, reference=ref)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    assert peak < 1.5 * piece_bytes, (peak, piece_bytes)
+    assert peak < chunk_rows_bytes / 2
+
+
+def test_the_reference_store_is_read_by_rows_without_a_memory_map(long_reference):
+    pieces = long_reference[0]
+    r = P.ReferenceReader(pieces)
+    meta, q = r.chunk(0)
+    m2, q2 = r.rows_of(0, 100, 612)
+    assert np.array_equal(meta[100:612], m2) and np.array_equal(q[100:612], q2)
+    assert not hasattr(r, "mm")
+    r.close()
+
+
+# -- passes: one per (corpus, context), each keyed by its own settings ------------------------------
+def _cfg():
+    from quantladder import config as qconfig
+
+    return qconfig.load()
+
+
+def test_passes_and_their_keys_are_independent():
+    from quantladder import manifest
+
+    cfg = _cfg()
+    fam = next(iter(cfg["families"]))
+    ppl = cfg["measures"]["perplexity"]
+    assert (ppl["corpus"], f"n{ppl['n_ctx']}") == P.passes(cfg)[0]
+    key = lambda c, corpus, ctx: manifest.spec_hash(P.pass_config(c, corpus, ctx), "card", fam, "Q8_0", "f16",  # noqa: E731
+                                                   "perplexity")
+    before = key(cfg, "prose-en", "n512")
+    more = json_copy(cfg)
+    more["measures"]["perplexity"]["corpora"].append("manual-fr")  # a corpus added ...
+    more["measures"]["perplexity"]["long"].update(enabled=True)
+    assert ("manual-fr", "n512") in P.passes(more) and ("manual-en.full", "trained") in P.passes(more)
+    assert key(more, "prose-en", "n512") == before  # ... re-keys none of the other passes
+    other = json_copy(cfg)
+    other["corpora"]["prose-en"] = {"builtin": "pydoc-topics", "select": {"every": 2, "offset": 0}}
+    assert key(other, "prose-en", "n512") != before  # its own corpus source is in its key
+    assert key(other, "manual-es", "n512") == key(cfg, "manual-es", "n512")
+    s = P.pass_settings(more, "manual-en.full", "trained")
+    assert (s["n_ctx"], s["n_batch"], s["max_chunks"]) == ("trained", 512, 1)
+    assert P.protocol(s, n_ctx_train=8192).n_ctx == 8192
+    with pytest.raises(DataError, match="no trained context"):
+        P.protocol(s, n_ctx_train=0)
+    from quantladder.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="no pass of corpus 'manual-fr'"):
+        P.pass_settings(cfg, "manual-fr", "n512")
+    with pytest.raises(ConfigError, match="not defined under `corpora:`"):
+        P.pass_settings(cfg, "nope-en", "n512")
+
+
+def test_a_chat_corpus_is_skipped_for_a_base_model_with_the_reason():
+    cfg = _cfg()
+    cfg["families"]["base"] = {**next(iter(cfg["families"].values())), "chat": False}
+    run, skipped = P.family_passes(cfg, "base")
+    assert ("chat-en", "n512") not in run and [s["corpus"] for s in skipped] == ["chat-en"]
+    assert "not a chat model" in skipped[0]["reason"]
+
+
+def json_copy(x):
+    import json
+
+    return json.loads(json.dumps(x))
+
+
+# -- calibration overlap ----------------------------------------------------------------------------
+def test_overlap_rows_flag_a_pass_that_scores_its_own_calibration_text():
+    rng = np.random.default_rng(3)
+    ev = rng.integers(0, 50000, 4000).astype(np.int32)
+    other = rng.integers(0, 50000, 20000).astype(np.int32)
+    rows, rec = P.overlap_rows(ev, [{"corpus": "c", "tokens": np.concatenate([other, ev[1000:2000]])}], corpus="x",
+                               n_ctx=512, ngram=13, flag_pct=1.0)
+    by = {r["metric"]: r for r in rows}
+    # 1000 shared tokens hold 1000 - 12 of the 3988 evaluation 13-grams
+    assert by["calibration_overlap"]["value"] == pytest.approx(100 * 988 / 3988)
+    assert by["calibration_overlap"]["unit"] == "%" and by["calibration_overlap"]["n"] == 3988
+    assert by["calibration_overlap_flag"]["value"] == 1.0 and by["calibration_overlap"]["subset"] == "x"
+    rows, _ = P.overlap_rows(ev, [{"corpus": "c", "tokens": other}], corpus="x", n_ctx=512, ngram=13, flag_pct=1.0)
+    assert {r["metric"]: r["value"] for r in rows} == {"calibration_overlap": 0.0, "calibration_overlap_flag": 0.0}
+    assert P.overlap_rows(ev, [], corpus="x", n_ctx=512, ngram=13, flag_pct=1.0) == ([], [])
+    rows, _ = P.overlap_rows(ev, [{"corpus": None, "reason": "made elsewhere"}], corpus="x", n_ctx=512, ngram=13,
+                             flag_pct=1.0)
+    assert rows[0]["value"] is None and rows[0]["status"] == "absent" and rows[0]["status_reason"] == "made elsewhere"

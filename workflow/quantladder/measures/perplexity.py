@@ -11,6 +11,15 @@ Protocol (llama.cpp tools/perplexity/perplexity.cpp, `perplexity()` and `kl_dive
 KLD mode: the reference run stores, per scored position, its log-probabilities as uint16 over
 [max(min, max-16), max] with a per-row scale and offset; a rung is compared on identical tokens,
 with KL summed over the reference's entries above -16 nats, as llama.cpp does.
+
+Long documents (n_ctx > n_batch, e.g. a model's trained 32K context): a chunk is decoded in n_batch
+pieces, as llama-perplexity does, but each piece's output rows are scored (and stored, or compared
+with the stored reference rows) as soon as it is decoded. llama-perplexity instead gathers every
+scored row of the chunk before scoring (n_ctx/2 x n_vocab float32, plus n_ctx x n_vocab uint16 when
+it writes its KL base): 16 + 16 GiB for a 262k vocabulary at 32K. Here memory is bounded by one
+piece (n_batch rows x n_vocab) whatever the context; the reference store is read and written a
+piece at a time (pread/pwrite, not a memory map, so the store's pages never count as the pass's
+resident memory). Figures are identical either way: every row is computed by the same operations.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 from ..io import sha256_bytes
 
 log = logging.getLogger(__name__)
@@ -53,6 +62,21 @@ class Protocol:
     def n_seq(self) -> int:
         return max(1, self.n_batch // self.n_ctx)
 
+    @property
+    def piece(self) -> int:
+        """Tokens of one chunk per decode call: the whole chunk, or n_batch of it (long documents)."""
+        return min(self.n_ctx, self.n_batch)
+
+    @property
+    def context_tokens(self) -> int:
+        """The llama.cpp context a pass needs: n_seq chunks side by side (llama-perplexity's -c)."""
+        return self.n_seq * self.n_ctx
+
+    @property
+    def batch_tokens(self) -> int:
+        """Tokens per decode call: n_seq whole chunks, or one piece of a long chunk."""
+        return self.n_seq * self.piece
+
 
 def n_chunks(n_tokens: int, proto: Protocol, source: str = "corpus") -> int:
     if n_tokens < 2 * proto.n_ctx:
@@ -66,6 +90,151 @@ def log_softmax_rows(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     m = logits.max(axis=1)
     s = np.exp(logits - m[:, None]).sum(axis=1, dtype=np.float64)
     return m, m.astype(np.float64) + np.log(s)
+
+
+# -- the passes a config asks for ---------------------------------------------------------------
+TRAINED = "trained"  # a context label: the model's trained context, read from its GGUF in the job
+
+
+def _ctx_label(n_ctx) -> str:
+    return TRAINED if n_ctx in (None, 0, TRAINED) else f"n{int(n_ctx)}"
+
+
+def _long(p: dict) -> dict:
+    return p.get("long") or {}
+
+
+def passes(cfg: dict) -> list[tuple[str, str]]:
+    """(corpus, context label) of every pass: each evaluation corpus at ``n_ctx`` (label ``n512``),
+    and each long-document corpus at the long context (``trained``, or ``n32768``)."""
+    p = cfg["measures"]["perplexity"]
+    short = f"n{int(p['n_ctx'])}"
+    out = [(c, short) for c in dict.fromkeys([p["corpus"], *(p.get("corpora") or [])])]
+    lg = _long(p)
+    if lg.get("enabled", False):
+        label = _ctx_label(lg.get("n_ctx"))
+        for c in dict.fromkeys(lg.get("corpora") or []):
+            if (c, label) in out:
+                raise ConfigError(f"measures.perplexity.long: corpus {c} at {label} is already an evaluation pass "
+                                  "(measures.perplexity.corpora at n_ctx); give the long pass another context")
+            out.append((c, label))
+    return out
+
+
+def family_passes(cfg: dict, family: str) -> tuple[list[tuple[str, str]], list[dict]]:
+    """The passes a family takes, and those it cannot (with the reason): a chat corpus needs a chat
+    model (``families.<f>.chat``), whose template renders it."""
+    from ..corpora import is_chat
+
+    corpora = cfg.get("corpora") or {}
+    chat = cfg["families"][family].get("chat", True)
+    run, skipped = [], []
+    for corpus, ctx in passes(cfg):
+        if corpus not in corpora:
+            raise ConfigError(f"measures.perplexity: corpus {corpus!r} is not defined under `corpora:` "
+                              f"(known: {sorted(corpora)})")
+        if is_chat(corpora[corpus]) and not chat:
+            skipped.append({"corpus": corpus, "ctx": ctx, "reason": f"{family} is not a chat model (families.{family}."
+                            "chat: false): a chat-templated corpus does not apply"})
+        else:
+            run.append((corpus, ctx))
+    return run, skipped
+
+
+def pass_settings(cfg: dict, corpus: str, ctx: str) -> dict:
+    """What one pass (corpus, context label) runs with: its part of the point's spec."""
+    p = cfg["measures"]["perplexity"]
+    corpora = cfg.get("corpora") or {}
+    if corpus not in corpora:
+        raise ConfigError(f"measures.perplexity: corpus {corpus!r} is not defined under `corpora:` "
+                          f"(known: {sorted(corpora)})")
+    lg = _long(p)
+    if lg.get("enabled", False) and corpus in (lg.get("corpora") or []) and ctx == _ctx_label(lg.get("n_ctx")):
+        n_ctx = TRAINED if ctx == TRAINED else int(lg["n_ctx"])
+        n_batch, max_chunks = int(lg.get("n_batch", 512)), int(lg.get("max_chunks", 1))
+    elif ctx == f"n{int(p['n_ctx'])}" and corpus in [p["corpus"], *(p.get("corpora") or [])]:
+        n_ctx, n_batch, max_chunks = int(p["n_ctx"]), int(p["n_batch"]), int(p["max_chunks"])
+    else:
+        raise ConfigError(f"measures.perplexity: no pass of corpus {corpus!r} at context {ctx!r} "
+                          f"(the passes: {passes(cfg)})")
+    ov = p.get("overlap") or {}
+    return {"corpus": corpus, "source": corpora[corpus], "ctx": ctx, "n_ctx": n_ctx, "n_batch": n_batch,
+            "max_chunks": max_chunks, "kld": bool(p.get("kld", True)),
+            "overlap": {"ngram": int(ov.get("ngram", OVERLAP_NGRAM)), "flag_pct": float(ov.get("flag_pct", OVERLAP_FLAG_PCT))}}
+
+
+def pass_config(cfg: dict, corpus: str, ctx: str) -> dict:
+    """The config with ``measures.perplexity`` narrowed to one pass, for that pass's spec key and
+    manifest: adding a corpus to the list, or changing another pass, re-runs nothing else."""
+    out = dict(cfg)
+    out["measures"] = {**cfg["measures"], "perplexity": {"enabled": True, **pass_settings(cfg, corpus, ctx)}}
+    return out
+
+
+def pass_name(corpus: str, ctx: str) -> str:
+    return f"{corpus}-{ctx}"
+
+
+def protocol(settings: dict, n_ctx_train: int | None = None, source: str = "model") -> Protocol:
+    """The pass's protocol; a ``trained`` context is the model's (GGUF ``<arch>.context_length``)."""
+    n_ctx = settings["n_ctx"]
+    if n_ctx == TRAINED:
+        if not n_ctx_train:
+            raise DataError(f"{source}: the GGUF records no trained context (<arch>.context_length); "
+                            f"give measures.perplexity.long.n_ctx for corpus {settings['corpus']}")
+        n_ctx = int(n_ctx_train)
+    return Protocol(n_ctx=int(n_ctx), n_batch=int(settings["n_batch"]), max_chunks=int(settings["max_chunks"]))
+
+
+# -- calibration overlap -----------------------------------------------------------------------
+# Token n-grams, n = 13: the length GPT-3's contamination study used for words (Brown et al. 2020,
+# appendix C), here over the model's own tokens so that scripts without word spaces count alike.
+# Measured here (SmolLM2 tokens): two disjoint halves of the Debian Reference share 0.05-0.5 % of
+# their 13-grams, a text with itself 100 %, alternate pydoc topics (which repeat whole sections) 55 %.
+OVERLAP_NGRAM = 13
+OVERLAP_FLAG_PCT = 1.0
+
+
+def calibration_tokens(ctx, text: str, settings: dict | None, parse_special: bool = False) -> np.ndarray:
+    """The tokens an importance matrix was computed from: llama-imatrix reads the first
+    chunks x n_ctx tokens of its text (all of it when the settings are unknown)."""
+    toks = ctx.tokenize(text, add_special=True, parse_special=parse_special or bool((settings or {}).get("parse_special")))
+    if settings and settings.get("chunks") and settings.get("n_ctx"):
+        toks = toks[: int(settings["chunks"]) * int(settings["n_ctx"])]
+    return toks
+
+
+def overlap_rows(eval_tokens: np.ndarray, calibrations: list[dict], *, corpus: str, n_ctx: int, ngram: int,
+                 flag_pct: float) -> tuple[list[dict], list[dict]]:
+    """Rows for the share of this pass's evaluation n-grams found in the rung's calibration text,
+    and the flag (1 when the share reaches flag_pct); plus a record per calibration corpus.
+
+    ``calibrations``: [{"corpus": name, "tokens": array} or {"corpus": None, "reason": why unknown}].
+    """
+    from ..corpora import ngram_overlap
+    from ..dataset import metric_row
+
+    if not calibrations:
+        return [], []
+    records, shares, n_eval = [], [], 0
+    for cal in calibrations:
+        if cal.get("tokens") is None:
+            rec = {"corpus": cal.get("corpus"), "reason": cal["reason"]}
+            records.append(rec)
+            return [metric_row("calibration_overlap", None, "%", subset=corpus, n_ctx=n_ctx, status="absent",
+                               status_reason=cal["reason"])], records
+        share, n_eval, shared = ngram_overlap(eval_tokens, cal["tokens"], ngram)
+        if n_eval == 0:
+            raise DataError(f"corpus {corpus}: fewer than {ngram} evaluation tokens, no n-gram to compare")
+        records.append({"corpus": cal["corpus"], "ngram": ngram, "shared_ngrams": shared, "eval_ngrams": n_eval,
+                        "calibration_tokens": int(len(cal["tokens"])), "share_pct": 100 * share})
+        shares.append(share)
+    pct = 100 * max(shares)
+    flagged = pct >= flag_pct
+    rows = [metric_row("calibration_overlap", pct, "%", n=n_eval, subset=corpus, n_ctx=n_ctx, higher_is_better=False),
+            metric_row("calibration_overlap_flag", 1.0 if flagged else 0.0, "1", n=n_eval, subset=corpus,
+                       n_ctx=n_ctx, higher_is_better=False)]
+    return rows, records
 
 
 # -- reference log-prob store ------------------------------------------------------------------
@@ -113,19 +282,24 @@ def _open_after(path: Path, head: bytes, keep_bytes: int):
 class ReferenceWriter:
     """Writes the store under a `.partial` name beside its path and renames it into place when the
     pass is complete. A resumable writer keeps the partial file when the pass stops early and, on
-    the next run with the same head (header + tokens), continues after its last whole chunk."""
+    the next run with the same head (header + tokens), continues after its last whole chunk.
+
+    Rows arrive a piece at a time: a chunk's uint16 rows are appended as they come, its small
+    (scale, lo) block (rows x 8 bytes, reserved at the chunk's start) is written when the chunk
+    ends, so a long chunk never sits in memory whole."""
 
     def __init__(self, path: str | os.PathLike, header: dict, tokens: np.ndarray, *, resumable: bool = False):
         self.path = Path(path)
         h = json.dumps(header, sort_keys=True).encode()
         self.head = MAGIC + struct.pack("<Q", len(h)) + h + tokens.astype("<i4").tobytes()
-        rows, n_vocab = int(header["rows_per_chunk"]), int(header["n_vocab"])
-        self.chunk_bytes = _chunk_bytes(rows, n_vocab)
-        self.predicted_bytes = store_bytes(int(header["n_chunks"]), n_vocab, Protocol(n_ctx=int(header["n_ctx"])), len(h))
+        self.rows, self.n_vocab = int(header["rows_per_chunk"]), int(header["n_vocab"])
+        self.chunk_bytes = _chunk_bytes(self.rows, self.n_vocab)
+        self.predicted_bytes = store_bytes(int(header["n_chunks"]), self.n_vocab, Protocol(n_ctx=int(header["n_ctx"])), len(h))
         self.resumable = resumable
         self.tmp = self.path.with_name(f".{self.path.name}.partial")
         check_room(self.path, self.predicted_bytes - (self.tmp.stat().st_size if self.tmp.exists() else 0))
         self.f = None
+        self._chunk = None  # (chunk index, file offset of its (scale, lo) block, rows written, that block)
 
     def chunks_on_disk(self) -> int:
         """Whole chunks in a partial file left by an earlier run of the same pass (0 if none or another pass)."""
@@ -138,11 +312,29 @@ class ReferenceWriter:
 
     def open(self, keep_chunks: int = 0) -> None:
         self.f = _open_after(self.tmp, self.head, keep_chunks * self.chunk_bytes)
+        self._next = keep_chunks
 
-    def add_quantized(self, meta: np.ndarray, q: np.ndarray) -> None:
-        """One chunk's rows: (rows, 2) float32 [scale, lo] and (rows, n_vocab) uint16 (`_quantize_rows`)."""
-        self.f.write(np.ascontiguousarray(meta, dtype="<f4").data)  # buffers, not copies
-        self.f.write(np.ascontiguousarray(q, dtype="<u2").data)
+    def add_rows(self, c: int, r0: int, meta: np.ndarray, q: np.ndarray) -> None:
+        """Rows r0.. of chunk c: (n, 2) float32 [scale, lo] and (n, n_vocab) uint16 (`_quantize_rows`).
+        Chunks and rows come in order; a chunk is complete when its last row is written."""
+        if self._chunk is None:
+            if c != self._next or r0 != 0:
+                raise RuntimeError(f"reference store: chunk {c} row {r0} written out of order (next: chunk {self._next})")
+            off = self.f.tell()
+            self.f.write(bytes(self.rows * 8))  # the (scale, lo) block, filled in at the chunk's end
+            self._chunk = [c, off, 0, np.empty((self.rows, 2), dtype="<f4")]
+        cc, off, done, block = self._chunk
+        n = len(q)
+        if cc != c or r0 != done or done + n > self.rows:
+            raise RuntimeError(f"reference store: chunk {c} rows {r0}..{r0 + n} written out of order")
+        block[r0:r0 + n] = meta
+        self.f.write(np.ascontiguousarray(q, dtype="<u2").data)  # a buffer, not a copy
+        self._chunk[2] = done + n
+        if done + n == self.rows:
+            self.f.flush()
+            os.pwrite(self.f.fileno(), block.tobytes(), off)
+            self._chunk = None
+            self._next = c + 1
 
     def flush(self) -> None:
         self.f.flush()
@@ -218,7 +410,9 @@ class _Checkpoint:
 
 
 class ReferenceReader:
-    """Reads the store chunk by chunk (memory-mapped: RAM does not grow with the corpus)."""
+    """Reads the store a range of rows at a time with pread: RAM holds the rows being scored, never
+    the file (a memory map's touched pages would count as the pass's resident memory, 8 GiB for
+    one 32K chunk of a 262k-vocab model)."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
@@ -241,17 +435,42 @@ class ReferenceReader:
         size = self.path.stat().st_size
         if size != expect:
             raise DataError(f"{self.path}: corrupt or truncated reference-logit file ({size} bytes, expected {expect})")
-        self.mm = np.memmap(self.path, dtype=np.uint8, mode="r")
+        self._fd = os.open(self.path, os.O_RDONLY)
+        self._tokens = None
+
+    def _pread(self, dtype: str, count: int, offset: int) -> np.ndarray:
+        out = np.empty(count, dtype=dtype)
+        view = memoryview(out).cast("B")
+        got = 0
+        while got < len(view):
+            n = os.preadv(self._fd, [view[got:]], offset + got)
+            if n <= 0:
+                raise DataError(f"{self.path}: short read at byte {offset + got} (file changed while read?)")
+            got += n
+        return out
 
     def tokens(self) -> np.ndarray:
-        return np.frombuffer(self.mm, dtype="<i4", count=self.n_chunks * self.n_ctx, offset=self.tok_off)
+        if self._tokens is None:
+            self._tokens = self._pread("<i4", self.n_chunks * self.n_ctx, self.tok_off)
+        return self._tokens
+
+    def rows_of(self, c: int, r0: int, r1: int) -> tuple[np.ndarray, np.ndarray]:
+        """Rows r0..r1 of chunk c: (n, 2) float32 [scale, lo] and (n, n_vocab) uint16."""
+        off = self.data_off + c * self.chunk_bytes
+        meta = self._pread("<f4", (r1 - r0) * 2, off + r0 * 8).reshape(r1 - r0, 2)
+        q = self._pread("<u2", (r1 - r0) * self.n_vocab, off + self.rows * 8 + r0 * self.n_vocab * 2)
+        return meta, q.reshape(r1 - r0, self.n_vocab)
 
     def chunk(self, c: int) -> tuple[np.ndarray, np.ndarray]:
-        off = self.data_off + c * self.chunk_bytes
-        meta = np.frombuffer(self.mm, dtype="<f4", count=self.rows * 2, offset=off).reshape(self.rows, 2)
-        q = np.frombuffer(self.mm, dtype="<u2", count=self.rows * self.n_vocab,
-                          offset=off + self.rows * 8).reshape(self.rows, self.n_vocab)
-        return meta, q
+        return self.rows_of(c, 0, self.rows)
+
+    def close(self) -> None:
+        if getattr(self, "_fd", None) is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __del__(self):
+        self.close()
 
     def check_compatible(self, tokens: np.ndarray, n_vocab: int, proto: Protocol, n_chunk: int) -> None:
         h = self.header
@@ -272,17 +491,21 @@ class ReferenceReader:
 def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = None,
         write_reference: str | os.PathLike | None = None, ref_header: dict | None = None,
         progress_every: int = 10, deadline: float | None = None,
-        checkpoint: str | os.PathLike | None = None, resume_key: str = "") -> dict:
-    """One pass over the corpus with a RawContext built with n_ctx = n_seq·n_ctx, n_seq_max = n_seq.
+        checkpoint: str | os.PathLike | None = None, resume_key: str = "",
+        parse_special: bool = False) -> dict:
+    """One pass over the corpus with a RawContext built with n_ctx = proto.context_tokens,
+    n_batch = proto.batch_tokens, n_seq_max = proto.n_seq.
 
     Returns per-token arrays summarised by `summarize` (kept in float64, a few MB for wikitext-2).
     With `checkpoint` (a file path that is not a Snakemake output) the pass is resumable: the
     finished chunk groups (and the reference store's `.partial` file) survive a stop, and the next
     call with the same `resume_key` continues from them, with results bit-identical to one
     uninterrupted pass (chunk groups are decoded with the same companions either way).
+    `parse_special` tokenizes special-token text (a chat template's markers) as the special tokens
+    it names; llama-perplexity never does (its corpora are plain text).
     """
     t_start = time.perf_counter()
-    tokens = ctx.tokenize(text, add_special=True, parse_special=False)
+    tokens = ctx.tokenize(text, add_special=True, parse_special=parse_special)
     n_chunk = n_chunks(len(tokens), proto)
     first, rows, n_ctx = proto.first, proto.rows_per_chunk, proto.n_ctx
     used = tokens[: n_chunk * n_ctx].copy()
@@ -305,7 +528,9 @@ def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = 
     add_bos = ctx.add_bos
     bos = ctx.bos
     n_seq = proto.n_seq
+    piece = proto.piece
     chunk_pos = np.arange(n_ctx, dtype=np.int32)
+    scored_mask = (chunk_pos >= first).astype(np.int8)  # llama-perplexity asks logits from `first` on
     done = 0
     chunk_s = 0.0  # the slowest chunk group so far: the next must fit before the deadline
     ok = False
@@ -342,8 +567,8 @@ def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = 
             t_chunk = time.perf_counter()
             ns = min(n_seq, n_chunk - c0)
             ctx.clear()
-            # llama-perplexity splits a chunk into n_batch pieces when n_ctx > n_batch
-            piece = min(n_ctx, proto.n_batch)
+            # llama-perplexity decodes a chunk in n_batch pieces when n_ctx > n_batch; each piece's
+            # rows are scored here before the next decode overwrites the logits
             for p0 in range(0, n_ctx, piece):
                 p1 = min(n_ctx, p0 + piece)
                 toks, pos, seqs, mask = [], [], [], []
@@ -355,16 +580,13 @@ def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = 
                     toks.append(t)
                     pos.append(chunk_pos[p0:p1])
                     seqs.append(np.full(p1 - p0, s, dtype=np.int32))
-                    mask.append((chunk_pos[p0:p1] >= first).astype(np.int8))
+                    mask.append(scored_mask[p0:p1])
                 n_out = ctx.decode(np.concatenate(toks), np.concatenate(pos), np.concatenate(seqs),
                                    np.concatenate(mask))
-                if p1 < n_ctx:
-                    continue
-                all_logits = ctx.logits(n_out)
-                per_seq = n_ctx - first  # output rows per sequence (pieces before `first` emit none)
-                if piece < n_ctx:
-                    raise NotImplementedError("n_batch < n_ctx: give n_batch >= n_ctx")
-                scorer.score_group(all_logits, c0, ns, per_seq)
+                lo = max(p0, first)
+                r0, r1 = lo - first, min(p1 - first, rows)  # position n_ctx-1 predicts nothing
+                if r1 > r0:
+                    scorer.score_piece(ctx.logits(n_out), c0, ns, r0, r1, per_seq=p1 - lo)
             if ckpt is not None:
                 if writer is not None:
                     writer.flush()  # the store first: on resume the shorter of the two decides
@@ -386,12 +608,13 @@ def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = 
     out["n_tokens_corpus"] = int(len(tokens))
     out["seconds"] = time.perf_counter() - t_start
     out["tokens_sha256"] = tokens_sha256
+    out["tokens"] = used
     return out
 
 
 class _Scorer:
-    """Turns each decoded chunk group's logits into per-token NLL (and KLD against the reference,
-    or the quantized rows of a new reference) in blocks of a few rows spread over n_threads.
+    """Turns each decoded piece's logits into per-token NLL (and KLD against the reference, or the
+    quantized rows of a new reference) in blocks of a few rows spread over n_threads.
 
     Why blocks: a chunk's scored logits are (n_ctx/2 x n_vocab) float32, 50 MB for a 49k vocab;
     the dozen elementwise passes below over arrays that size run from RAM, while over a few rows
@@ -417,21 +640,27 @@ class _Scorer:
             self.pool = None
 
     def score_group(self, all_logits: np.ndarray, c0: int, ns: int, per_seq: int) -> None:
-        rows, n_ctx, first = self.proto.rows_per_chunk, self.proto.n_ctx, self.proto.first
+        """Every scored row of `ns` whole chunks decoded together (per_seq output rows each)."""
+        self.score_piece(all_logits, c0, ns, 0, self.proto.rows_per_chunk, per_seq)
+
+    def score_piece(self, all_logits: np.ndarray, c0: int, ns: int, r0: int, r1: int, per_seq: int) -> None:
+        """Rows r0..r1 of chunks c0..c0+ns-1: `all_logits` holds `per_seq` output rows per sequence
+        (sequence after sequence), the first r1 - r0 of which are scored."""
+        n_ctx, first = self.proto.n_ctx, self.proto.first
+        n = r1 - r0
         n_vocab = all_logits.shape[1]
-        block = max(1, min(rows, self.block_bytes // (4 * n_vocab)))
-        if self.writer is not None and (self._q is None or self._q.shape != (ns, rows, n_vocab)):
-            self._q = np.empty((ns, rows, n_vocab), dtype="<u2")
-            self._meta = np.empty((ns, rows, 2), dtype="<f4")
+        block = max(1, min(n, self.block_bytes // (4 * n_vocab)))
+        if self.writer is not None and (self._q is None or self._q.shape != (ns, n, n_vocab)):
+            self._q = np.empty((ns, n, n_vocab), dtype="<u2")
+            self._meta = np.empty((ns, n, 2), dtype="<f4")
         jobs = []
         for s in range(ns):
             c = c0 + s
-            lg = all_logits[s * per_seq: s * per_seq + rows]
-            target = self.tokens[c * n_ctx + first + 1: (c + 1) * n_ctx]
-            ref = self.reference.chunk(c) if self.reference is not None else None
-            for r0 in range(0, rows, block):
-                r1 = min(rows, r0 + block)
-                jobs.append((s, c, lg, target, ref, r0, r1))
+            lg = all_logits[s * per_seq: s * per_seq + n]
+            target = self.tokens[c * n_ctx + first + 1 + r0: c * n_ctx + first + 1 + r1]
+            ref = self.reference.rows_of(c, r0, r1) if self.reference is not None else None
+            for b0 in range(0, n, block):
+                jobs.append((s, c, r0, lg, target, ref, b0, min(n, b0 + block)))
         if self.pool is None:
             for j in jobs:
                 self._block(*j)
@@ -440,20 +669,21 @@ class _Scorer:
                 f.result()
         if self.writer is not None:
             for s in range(ns):
-                self.writer.add_quantized(self._meta[s], self._q[s])
+                self.writer.add_rows(c0 + s, r0, self._meta[s], self._q[s])
 
-    def _block(self, s, c, lg, target, ref, r0, r1) -> None:
-        x = lg[r0:r1]
-        t = target[r0:r1]
-        idx = np.arange(r1 - r0)
-        sl = slice(c * self.proto.rows_per_chunk + r0, c * self.proto.rows_per_chunk + r1)
+    def _block(self, s, c, r0, lg, target, ref, b0, b1) -> None:
+        x = lg[b0:b1]
+        t = target[b0:b1]
+        idx = np.arange(b1 - b0)
+        base = c * self.proto.rows_per_chunk + r0
+        sl = slice(base + b0, base + b1)
         m, lse = log_softmax_rows(x)
         self.out["nll"][sl] = lse - x[idx, t]
         if self.writer is not None:
-            self._meta[s, r0:r1], self._q[s, r0:r1] = _quantize_rows(x, m, lse)
+            self._meta[s, b0:b1], self._q[s, b0:b1] = _quantize_rows(x, m, lse)
         if ref is not None:
             meta, q = ref
-            _kld_rows(x, lse, t, meta[r0:r1], q[r0:r1], self.out, sl)
+            _kld_rows(x, lse, t, meta[b0:b1], q[b0:b1], self.out, sl)
 
 
 def _quantize_rows(logits: np.ndarray, m: np.ndarray, lse: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -543,15 +773,17 @@ def summarize(res: dict) -> dict:
     return s
 
 
-def metric_rows(summary: dict, n_ctx: int) -> list[dict]:
-    """Dataset rows for a summary (units: PPL and ratios are pure numbers, KLD in nats, Δp in %)."""
+def metric_rows(summary: dict, n_ctx: int, subset: str | None = None) -> list[dict]:
+    """Dataset rows for a summary (units: PPL and ratios are pure numbers, KLD in nats, Δp in %);
+    ``subset`` is the corpus (``<domain>-<language>[.<part>]``, quantladder.corpora)."""
     from ..dataset import metric_row
 
     n = summary["n_tokens"]
-    rows = [metric_row("ppl", summary["ppl"], "1", stderr=summary["ppl_err"], n=n, n_ctx=n_ctx, higher_is_better=False)]
+    rows = [metric_row("ppl", summary["ppl"], "1", stderr=summary["ppl_err"], n=n, n_ctx=n_ctx, subset=subset,
+                       higher_is_better=False)]
     if "kld_mean" not in summary:
         return rows
-    R = lambda *a, **k: rows.append(metric_row(*a, n=n, n_ctx=n_ctx, **k))  # noqa: E731
+    R = lambda *a, **k: rows.append(metric_row(*a, n=n, n_ctx=n_ctx, subset=subset, **k))  # noqa: E731
     R("ppl_base", summary["ppl_base"], "1", stderr=summary["ppl_base_err"], higher_is_better=False)
     R("ppl_ratio", summary["ppl_ratio"], "1", stderr=summary["ppl_ratio_err"], higher_is_better=False)
     R("ln_ppl_ratio", summary["ln_ppl_ratio"], "nats", stderr=summary["ln_ppl_ratio_err"], higher_is_better=False)
