@@ -27,23 +27,23 @@ def _snakemake(workdir: Path, target: str) -> subprocess.CompletedProcess:
                            "--nolock", target], capture_output=True, text=True, timeout=900)
 
 
-@pytest.fixture(scope="module")
-def point(smollm_q8, tmp_path_factory):
-    """A workdir with one rung (the Q8_0 fixture), its sidecar and an anchor status, run by Snakemake."""
-    wd = tmp_path_factory.mktemp("code-e2e")
+def make_workdir(wd: Path, model: Path):
+    """A workdir with one rung (the Q8_0 fixture), its sidecar and an anchor status; returns
+    (workdir, the point's directory, the metrics target)."""
+    wd.mkdir(parents=True, exist_ok=True)
     fam, rung = "smollm2", "Q8_0"
     for kind, name in (("quantized", rung), ("reference", "F16")):  # the items rule reads the reference
         gguf = wd / f"resources/models/{fam}/{kind}/{name}.gguf"
         gguf.parent.mkdir(parents=True)
-        gguf.symlink_to(smollm_q8)
-        write_json(str(gguf) + ".json", {"sha256": sha256_file(smollm_q8), "info": read_info(smollm_q8).as_dict(),
+        gguf.symlink_to(model)
+        write_json(str(gguf) + ".json", {"sha256": sha256_file(model), "info": read_info(model).as_dict(),
                                          "method": "test fixture"})
     write_json(wd / "results/testcard/anchors/humaneval.json",
                {"benchmark": "humaneval", "status": "unanchored", "reason": "test run"})
     cfg = {
         "card": "testcard",
         "threads": 1,  # one llama.cpp thread: the 2 shared cores of CI stay usable by the sandbox
-        "families": {fam: {"source": {"path": str(smollm_q8)}, "reference": "F16", "rungs": [rung]}},
+        "families": {fam: {"source": {"path": str(model)}, "reference": "F16", "rungs": [rung]}},
         "benchmarks": {"humaneval": {"enabled": True, "limit": N_ITEMS, "max_new_tokens": 256, "n_ctx": 2048,
                                      "timeout_s": 10.0, "sandbox": {"backend": "bubblewrap"}}},
         "generation": {"n_parallel": 2},
@@ -58,7 +58,14 @@ def point(smollm_q8, tmp_path_factory):
         include: "{REPO}/rules/tasks.smk"
         """))
     d = wd / f"results/testcard/points/{fam}/{rung}/f16/humaneval"
-    proc = _snakemake(wd, str(d.relative_to(wd) / "metrics.json"))
+    return wd, d, str(d.relative_to(wd) / "metrics.json")
+
+
+@pytest.fixture(scope="module")
+def point(smollm_q8, tmp_path_factory):
+    """The workdir above, run by Snakemake."""
+    wd, d, target = make_workdir(tmp_path_factory.mktemp("code-e2e"), smollm_q8)
+    proc = _snakemake(wd, target)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return {"wd": wd, "dir": d, "log": proc.stderr}
 
