@@ -1,22 +1,57 @@
 """The one llama.cpp engine every benchmark generates with.
 
-Load a GGUF with a given context, KV-cache types and GPU layers; render the GGUF's own chat
-template; greedy-generate with stop strings and a token budget. Batching, if it comes, comes here.
+Load a GGUF with a given per-sequence context, KV-cache types and GPU layers; render the GGUF's own
+chat template; greedy-generate many items at once by continuous batching over ``n_parallel``
+sequences of one llama.cpp context (:meth:`Engine.run`), through the C API directly.
+
+What makes a reply reproducible (DESIGN rule 6; llama.cpp is not batch-invariant, PR #6950, #7052,
+#11684, and a prompt cache alone changes greedy text, #2838):
+
+- **No implicit prompt cache.** Every request starts from an empty sequence; a sequence's cells are
+  removed (``llama_memory_seq_rm``) the moment its request ends, and the whole memory is empty at the
+  start and the end of a ``run``. (llama-cpp-python's ``create_completion`` silently reuses the KV
+  prefix the previous call left, so a reply depended on which item ran before it.)
+- **A fixed schedule.** Drivers are admitted in list order into the lowest free slot; each step first
+  decodes the prompts of newly started requests, each alone and in ``n_batch`` chunks (exactly as at
+  ``n_parallel = 1``), then one token of every generating sequence in one ``llama_decode``, in slot
+  order. Nothing depends on wall-clock time, so the same drivers give byte-identical generations.
+- **Split KV streams** (``kv_unified = false``, ``n_seq_max = n_parallel``): each sequence owns a
+  stream of ``n_ctx`` cells, so its cells always start at cell 0 of its own buffer whatever its
+  neighbours hold, and attention only spans its own stream (a unified buffer would interleave the
+  sequences' cells and make each token attend over all of them).
+- **Greedy** is the argmax of the logits row, ties to the lowest token id (llama.cpp's greedy
+  sampler, ``llama_sampler_greedy_apply``); a request ends at an end-of-generation token
+  (``llama_vocab_is_eog``, not part of the reply), at a stop string (the reply's bytes are cut before
+  it), at its token budget, or at the end of its sequence's context.
+
+What batching still changes is which rows share a matrix product: a reply at ``n_parallel > 1`` can
+differ from the same item at ``n_parallel = 1`` (llama.cpp's kernels differ with batch shape). That
+difference is a measured noise floor, never hidden; the same wave reproduces byte for byte.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import ctypes
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
+from typing import Any, Callable, Generator, Sequence
 
 from .errors import ConfigError
 
 # llama.cpp ggml_type values accepted for the KV cache (ggml/include/ggml.h).
 KV_GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
                  "iq4_nl": 20, "bf16": 30}
+
+# llama.cpp pads the context, and with split streams each sequence's share of it, to a multiple of
+# 256 cells (llama-context.cpp: ``cparams.n_ctx = GGML_PAD(cparams.n_ctx, 256)``, and ``n_ctx_seq``).
+CTX_PAD = 256
+# Sequences one context may hold (llama.cpp's LLAMA_MAX_SEQ).
+MAX_PARALLEL = 256
+# The n_parallel the automatic choice may pick, most first.
+PARALLEL_CHOICES = (16, 8, 4, 2, 1)
 
 
 def parse_kv(kv: str) -> tuple[str, str]:
@@ -29,23 +64,66 @@ def parse_kv(kv: str) -> tuple[str, str]:
     return parts[0], parts[1]
 
 
+def padded_ctx(n_ctx: int) -> int:
+    """The cells llama.cpp gives a sequence whose context is ``n_ctx`` (a multiple of 256)."""
+    return -(-int(n_ctx) // CTX_PAD) * CTX_PAD
+
+
+def kv_cache_bytes(info, n_ctx: int, n_parallel: int = 1, kv: str = "f16") -> int:
+    """The KV-cache bytes the engine's context allocates: ``n_parallel`` streams of
+    ``padded_ctx(n_ctx)`` cells, each cell ``layers × kv_heads × (k_dim·bytes_k + v_dim·bytes_v)``
+    (``info`` is a :class:`quantladder.gguf_meta.GGUFInfo`; the memory measure's formula).
+
+    Exact for models whose layers all hold K and V of the same shape (llama.cpp's ``llama_kv_cache``
+    with ``swa_full``, which the engine sets, so sliding-window layers hold full streams too);
+    tests/test_engine.py checks it against the size llama.cpp reports when it allocates.
+    """
+    type_k, type_v = parse_kv(kv)
+    return int(n_parallel) * info.kv_bytes(padded_ctx(n_ctx), type_k, type_v)
+
+
+def default_n_parallel(info, n_ctx: int, budget_bytes: int, kv: str = "f16",
+                       choices: Sequence[int] = PARALLEL_CHOICES) -> int:
+    """The most sequences of ``choices`` whose KV cache (:func:`kv_cache_bytes`) fits ``budget_bytes``;
+    1 when none does. It reads only the architecture (layers, KV heads, head sizes), the context and
+    the budget, never the rung's weights, so every rung of a family gets the same value."""
+    for n in sorted(choices, reverse=True):
+        if n >= 1 and kv_cache_bytes(info, n_ctx, n, kv) <= budget_bytes:
+            return int(n)
+    return 1
+
+
 @dataclass
 class EngineSettings:
-    n_ctx: int = 4096
+    n_ctx: int = 4096  # per sequence: what one prompt + its reply may use
     kv: str = "f16"
     n_gpu_layers: int = 0
     n_threads: int = 0  # 0: all usable cores
     n_batch: int = 512
     flash_attn: bool | None = None  # None: on exactly when V is quantized (llama.cpp requires it)
     seed: int = 0
+    n_parallel: int = 1  # sequences decoded together (continuous batching)
 
     def resolved(self) -> dict:
         k, v = parse_kv(self.kv)
         fa = self.flash_attn if self.flash_attn is not None else (v not in ("f16", "f32", "bf16"))
         if v not in ("f16", "f32", "bf16") and not fa:
             raise ConfigError(f"KV type {self.kv!r}: a quantized V cache requires flash attention")
+        if not 1 <= int(self.n_parallel) <= MAX_PARALLEL:
+            raise ConfigError(f"n_parallel {self.n_parallel!r}: use 1 to {MAX_PARALLEL} sequences")
+        if int(self.n_ctx) < 1:
+            raise ConfigError(f"n_ctx {self.n_ctx!r}: a sequence needs a context of at least one token")
         threads = self.n_threads or len(os.sched_getaffinity(0))
         return {**asdict(self), "type_k": k, "type_v": v, "flash_attn": fa, "n_threads": threads}
+
+
+@dataclass(frozen=True)
+class Request:
+    """One decode job: a prompt, its budget, its stop strings (see :meth:`Engine.run`)."""
+
+    prompt: tuple[int, ...]  # prompt tokens, BOS already included as the caller wants
+    max_tokens: int  # the budget; clipped to the room left in the sequence's context
+    stop: tuple[str, ...] = ()  # stop strings: the reply is cut before the first one that appears
 
 
 @dataclass
@@ -53,9 +131,16 @@ class Generation:
     text: str
     n_prompt_tokens: int
     n_gen_tokens: int
-    finish_reason: str  # "stop" (EOS or stop string) or "length"
+    # "stop": an end-of-generation token or a stop string; "length": the budget or the context's
+    # room ran out; "prompt_too_long": the prompt does not fit the per-sequence context (nothing
+    # decoded, text "")
+    finish_reason: str
     seconds: float
     extra: dict = field(default_factory=dict)
+    tokens: tuple[int, ...] = ()  # the generated ids (an end-of-generation token is not one of them)
+
+
+Driver = Generator[Request, Generation, Any]
 
 
 @contextlib.contextmanager
@@ -74,109 +159,469 @@ def _quiet_stderr(enabled: bool):
         os.close(saved)
 
 
+_PROMPT, _GEN = 0, 1
+
+
+class _Seq:
+    """One request in one slot: where it stands and what it produced."""
+
+    __slots__ = ("index", "driver", "prompt", "budget", "stops", "max_stop", "phase", "pos", "tokens",
+                 "buf", "last", "t0", "cut")
+
+    def __init__(self, index, driver, prompt, budget, stops, t0):
+        self.index, self.driver, self.prompt, self.budget, self.t0 = index, driver, prompt, budget, t0
+        self.stops = stops
+        self.max_stop = max((len(s) for s in stops), default=0)
+        self.phase = _PROMPT
+        self.pos = 0  # the position the next decoded token takes
+        self.tokens: list[int] = []
+        self.buf = bytearray()  # the reply's bytes, pieces appended as produced
+        self.last = -1  # the last generated token, to be decoded next
+        self.cut = -1  # where a stop string begins in buf
+
+
 class Engine:
+    """A model and one context of ``n_parallel`` sequences, each with ``n_ctx`` cells of its own."""
+
     def __init__(self, model_path: str, settings: EngineSettings | None = None, *, verbose: bool = False):
         import llama_cpp
+        import numpy as np
 
+        self.lc = llama_cpp
         self.model_path = str(model_path)
         self.settings = settings or EngineSettings()
         r = self.settings.resolved()
-        self.resolved = r
-        kwargs = dict(
-            model_path=self.model_path,
-            n_ctx=r["n_ctx"],
-            n_batch=min(r["n_batch"], r["n_ctx"]),
-            n_gpu_layers=r["n_gpu_layers"],
-            n_threads=r["n_threads"],
-            n_threads_batch=r["n_threads"],
-            seed=r["seed"],
-            type_k=KV_GGML_TYPES[r["type_k"]],
-            type_v=KV_GGML_TYPES[r["type_v"]],
-            flash_attn=r["flash_attn"],
-            verbose=verbose,
-        )
-        with _quiet_stderr(not verbose):
-            self.llm = llama_cpp.Llama(**kwargs)
-        self._template = None
+        n_par = int(r["n_parallel"])
+        n_batch = max(min(int(r["n_batch"]), padded_ctx(r["n_ctx"])), n_par)
+        n_ubatch = min(n_batch, 512)
+        self.model = self.ctx = None
+        # llama-cpp-python's log callback prints every level (debug lines of graph reserves and
+        # stream copies included) until its logger is set, as Llama() does on construction
+        from llama_cpp import _logger
 
-    # -- tokens ---------------------------------------------------------------------------
+        _logger.set_verbose(verbose)
+        with _quiet_stderr(not verbose):
+            llama_cpp.llama_backend_init()
+            mp = llama_cpp.llama_model_default_params()
+            mp.n_gpu_layers = r["n_gpu_layers"]
+            self.model = llama_cpp.llama_model_load_from_file(self.model_path.encode(), mp)
+            if not self.model:
+                raise RuntimeError(f"{self.model_path}: llama.cpp could not load the model")
+            cp = llama_cpp.llama_context_default_params()
+            cp.n_ctx = n_par * padded_ctx(r["n_ctx"])
+            cp.n_batch = n_batch
+            cp.n_ubatch = n_ubatch
+            cp.n_seq_max = n_par
+            cp.kv_unified = False  # one stream per sequence (see the module's docstring)
+            cp.swa_full = True  # sliding-window layers keep full streams: the KV size stays exact
+            cp.n_threads = r["n_threads"]
+            cp.n_threads_batch = r["n_threads"]
+            cp.type_k = KV_GGML_TYPES[r["type_k"]]
+            cp.type_v = KV_GGML_TYPES[r["type_v"]]
+            cp.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if r["flash_attn"]
+                                  else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+            cp.no_perf = True
+            self.ctx = llama_cpp.llama_init_from_model(self.model, cp)
+            if not self.ctx:
+                llama_cpp.llama_model_free(self.model)
+                self.model = None
+                raise RuntimeError(f"{self.model_path}: llama.cpp could not create a context "
+                                   f"({n_par} sequences × n_ctx {r['n_ctx']})")
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
+        self._mem = llama_cpp.llama_get_memory(self.ctx)
+        self.n_parallel = n_par
+        self.n_batch = n_batch
+        n_ctx_seq = int(llama_cpp.llama_n_ctx_seq(self.ctx))
+        if n_ctx_seq < r["n_ctx"]:  # llama.cpp gave less than asked: refuse rather than overflow
+            raise RuntimeError(f"{self.model_path}: llama.cpp gave {n_ctx_seq} cells per sequence, "
+                               f"fewer than n_ctx {r['n_ctx']}")
+        self.resolved = {**r, "n_batch": n_batch, "n_ubatch": n_ubatch, "n_seq_max": n_par,
+                         "kv_unified": False, "n_ctx_seq": n_ctx_seq}
+        self._template: dict[bool, Any] = {}
+        self._pieces: dict[int, bytes] = {}
+        self._eog: dict[int, bool] = {}
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        b = self._batch
+        # numpy views of the batch's arrays, made once (as RawContext does: per-call views cost
+        # ~10 % of a single-token decode of a small model)
+        self._tok = np.ctypeslib.as_array(b.token, shape=(n_batch,))
+        self._pos = np.ctypeslib.as_array(b.pos, shape=(n_batch,))
+        self._nseq = np.ctypeslib.as_array(b.n_seq_id, shape=(n_batch,))
+        self._out = np.ctypeslib.as_array(b.logits, shape=(n_batch,))
+        self._nseq[:] = 1
+        self._seq_ids = np.zeros(n_batch, dtype=np.int32)  # what each token's seq_id[0] holds now
+        for i in range(n_batch):
+            b.seq_id[i][0] = 0
+        self._logits_addr = None
+        self._logits_view = None
+        # what the last run() did (for a job's record): decodes of prompt chunks, generation steps
+        # and their sequences, stream moves of the compaction, requests served
+        self.last_run: dict = {}
+
+    # -- model facts ------------------------------------------------------------------------
     @property
     def n_ctx(self) -> int:
-        return self.llm.n_ctx()
+        """The per-sequence context: what one prompt and its reply may use."""
+        return int(self.resolved["n_ctx"])
 
     @property
     def n_ctx_train(self) -> int:
-        return self.llm.n_ctx_train()
+        return int(self.lc.llama_model_n_ctx_train(self.model))
 
+    def token_bos(self) -> int:
+        return int(self.lc.llama_vocab_bos(self.vocab))
+
+    def token_eos(self) -> int:
+        return int(self.lc.llama_vocab_eos(self.vocab))
+
+    def metadata(self, key: str) -> str | None:
+        """One GGUF metadata value as text (None when the file lacks the key)."""
+        size = 1024
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = self.lc.llama_model_meta_val_str(self.model, key.encode(), buf, size)
+            if n < 0:
+                return None
+            if n < size:
+                return buf.value.decode("utf-8")
+            size = n + 1
+
+    # -- tokens -----------------------------------------------------------------------------
     def tokenize(self, text: str, add_bos: bool = True, special: bool = True) -> list[int]:
-        return self.llm.tokenize(text.encode(), add_bos=add_bos, special=special)
+        data = text.encode("utf-8")
+        n_max = len(data) + 16
+        buf = (self.lc.llama_token * n_max)()
+        n = self.lc.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_bos, special)
+        if n < 0:
+            n_max = -n
+            buf = (self.lc.llama_token * n_max)()
+            n = self.lc.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_bos, special)
+            if n < 0:
+                raise RuntimeError(f"llama_tokenize failed ({n}) on a text of {len(data)} bytes")
+        return list(buf[:n])
+
+    def _piece(self, token: int, special: bool = False) -> bytes:
+        """A token's bytes (llama_token_to_piece; pieces may split a UTF-8 character)."""
+        buf = self._piece_buf
+        n = self.lc.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = self.lc.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        return buf.raw[:n]
+
+    def detokenize_bytes(self, tokens: Sequence[int], special: bool = False) -> bytes:
+        """The tokens' bytes, as llama-cpp-python's ``Llama.detokenize`` gives them (with its rule
+        that a leading space after BOS is dropped)."""
+        out = b"".join(self._piece(int(t), special) for t in tokens)
+        if len(tokens) > 0 and int(tokens[0]) == self.token_bos() and out[:1] == b" ":
+            out = out[1:]
+        return out
 
     def detokenize(self, tokens: Sequence[int]) -> str:
-        return self.llm.detokenize(list(tokens)).decode("utf-8", errors="replace")
+        return self.detokenize_bytes(tokens).decode("utf-8", errors="replace")
 
-    # -- chat template --------------------------------------------------------------------
+    def starts_with_bos(self, text: str) -> bool:
+        """Whether a rendered prompt already begins with the BOS token's text (then none is added)."""
+        bos_id = self.token_bos()
+        if bos_id < 0:
+            return False
+        bos = self.detokenize_bytes([bos_id], special=True).decode(errors="replace")
+        return bool(bos) and text.startswith(bos)
+
+    _starts_with_bos = starts_with_bos
+
+    # -- chat template ----------------------------------------------------------------------
     @property
     def chat_template(self) -> str | None:
-        return self.llm.metadata.get("tokenizer.chat_template")
+        return self.metadata("tokenizer.chat_template")
 
     def chat_prompt(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
-        """Render ``messages`` with the GGUF's own chat template (the raw completion path)."""
+        """Render ``messages`` with the GGUF's own chat template (the raw completion path), through
+        llama-cpp-python's Jinja2ChatFormatter with the BOS/EOS texts it would use."""
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         tmpl = self.chat_template
         if not tmpl:
             raise ConfigError(f"{self.model_path}: the GGUF has no chat template (tokenizer.chat_template)")
-        if self._template is None:
-            vocab = self.llm._model
-            bos = self.llm.detokenize([self.llm.token_bos()]).decode(errors="replace") if self.llm.token_bos() >= 0 else ""
-            eos = self.llm.detokenize([self.llm.token_eos()]).decode(errors="replace") if self.llm.token_eos() >= 0 else ""
-            del vocab
-            self._template = Jinja2ChatFormatter(template=tmpl, bos_token=bos, eos_token=eos,
-                                                 add_generation_prompt=add_generation_prompt)
-        return self._template(messages=messages).prompt
+        fmt = self._template.get(bool(add_generation_prompt))
+        if fmt is None:
+            bos_id, eos_id = self.token_bos(), self.token_eos()
+            bos = self.detokenize_bytes([bos_id]).decode(errors="replace") if bos_id >= 0 else ""
+            eos = self.detokenize_bytes([eos_id]).decode(errors="replace") if eos_id >= 0 else ""
+            fmt = Jinja2ChatFormatter(template=tmpl, bos_token=bos, eos_token=eos,
+                                      add_generation_prompt=add_generation_prompt)
+            self._template[bool(add_generation_prompt)] = fmt
+        return fmt(messages=messages).prompt
 
-    # -- generation -----------------------------------------------------------------------
-    def generate(self, prompt: str | list[int], max_tokens: int, stop: Sequence[str] = ()) -> Generation:
-        """Greedy completion. The prompt is text already rendered (special tokens parsed) or tokens."""
-        tokens = prompt if isinstance(prompt, list) else self.tokenize(prompt, add_bos=not self._starts_with_bos(prompt))
-        room = self.n_ctx - len(tokens)
-        if room <= 0:
-            raise ValueError(f"prompt of {len(tokens)} tokens does not fit n_ctx {self.n_ctx}")
-        max_tokens = min(max_tokens, room)
-        t0 = time.perf_counter()
-        out = self.llm.create_completion(
-            prompt=tokens, max_tokens=max_tokens, temperature=0.0, top_k=1, top_p=1.0, min_p=0.0,
-            repeat_penalty=1.0, stop=list(stop) or None, seed=self.resolved["seed"],
-        )
-        dt = time.perf_counter() - t0
-        choice = out["choices"][0]
-        usage = out.get("usage", {})
-        return Generation(
-            text=choice["text"],
-            n_prompt_tokens=int(usage.get("prompt_tokens", len(tokens))),
-            n_gen_tokens=int(usage.get("completion_tokens", 0)),
-            finish_reason=choice.get("finish_reason") or "stop",
-            seconds=dt,
-        )
+    # -- generation -------------------------------------------------------------------------
+    def generate(self, prompt: str | Sequence[int], max_tokens: int, stop: Sequence[str] = ()) -> Generation:
+        """Greedy completion of one item alone, on an empty KV state (never what an earlier call left):
+        :meth:`run` with one driver. The prompt is text already rendered (special tokens parsed) or
+        tokens."""
+        if isinstance(prompt, str):
+            tokens = self.tokenize(prompt, add_bos=not self.starts_with_bos(prompt))
+        else:
+            tokens = [int(t) for t in prompt]
+        out: list[Generation] = []
 
-    def _starts_with_bos(self, text: str) -> bool:
-        bos_id = self.llm.token_bos()
-        if bos_id < 0:
-            return False
-        bos = self.llm.detokenize([bos_id], special=True).decode(errors="replace")
-        return bool(bos) and text.startswith(bos)
+        def one():
+            g = yield Request(tuple(tokens), int(max_tokens), tuple(stop))
+            return g
+
+        self.run([one()], lambda i, g: out.append(g))
+        return out[0]
+
+    def run(self, drivers: Sequence[Driver], on_finish: Callable[[int, Any], None],
+            on_step: Callable[[int, int], None] | None = None) -> None:
+        """Generate one wave.
+
+        A driver is a generator: ``next(d)`` yields its first :class:`Request`; ``d.send(generation)``
+        yields its next one (a multi-turn item) or returns, and then ``on_finish(index_in_drivers,
+        returned_value)`` is called. Drivers are admitted in list order into the lowest free of
+        ``n_parallel`` slots; a slot freed at a step boundary takes the next driver. A new request
+        starts from an empty sequence; a request's cells are removed when it ends. ``on_step(prompt
+        tokens decoded, tokens generated)`` follows every ``llama_decode``.
+        """
+        lc = self.lc
+        n_par = self.n_parallel
+        pending = collections.deque(enumerate(drivers))
+        slots: list[_Seq | None] = [None] * n_par
+        step = on_step or (lambda n_prompt, n_gen: None)
+        self.last_run = {"prefill_decodes": 0, "gen_steps": 0, "gen_rows": 0, "moves": 0, "requests": 0}
+        lc.llama_memory_clear(self._mem, False)
+        ok = False
+        try:
+            while True:
+                self._admit(slots, pending, on_finish)
+                # prompts of new requests, each alone and in slot order; a request that ends here
+                # (an EOG first token, a budget of one) hands its slot on at once
+                while True:
+                    todo = [k for k in range(n_par) if slots[k] is not None and slots[k].phase == _PROMPT]
+                    if not todo:
+                        break
+                    for k in todo:
+                        self._prefill(k, slots, step, on_finish)
+                    self._admit(slots, pending, on_finish)
+                live = [k for k in range(n_par) if slots[k] is not None]
+                if not live:
+                    if not pending:
+                        break
+                    continue
+                if not pending and live[-1] != len(live) - 1:
+                    live = self._compact(slots)
+                self._generate_step(live, slots, step, on_finish)
+            ok = True
+        finally:
+            lc.llama_memory_clear(self._mem, False)
+            if not ok:
+                for s in slots:
+                    if s is not None:
+                        s.driver.close()
+
+    # -- the schedule -----------------------------------------------------------------------
+    def _admit(self, slots, pending, on_finish) -> None:
+        for k in range(len(slots)):
+            while slots[k] is None and pending:
+                i, d = pending.popleft()
+                try:
+                    req = next(d)
+                except StopIteration as e:
+                    on_finish(i, e.value)
+                    continue
+                self._place(k, i, d, req, slots, on_finish)
+
+    def _place(self, k, i, d, req, slots, on_finish) -> None:
+        """Start ``req`` of driver ``i`` in slot ``k``; requests that need no decoding (a prompt that
+        does not fit, no budget) are answered at once, and the driver's next request takes the slot."""
+        import numpy as np
+
+        while True:
+            t0 = time.perf_counter()
+            prompt = np.asarray(req.prompt, dtype=np.int64)
+            if prompt.ndim != 1 or prompt.size == 0:
+                raise ValueError(f"request of driver {i}: the prompt must be a non-empty sequence of token ids")
+            if int(prompt.min()) < 0 or int(prompt.max()) >= self.n_vocab:
+                raise ValueError(f"request of driver {i}: token ids must be in [0, {self.n_vocab})")
+            n = int(prompt.size)
+            room = self.n_ctx - n
+            budget = min(int(req.max_tokens), room)
+            if room > 0 and budget > 0:
+                stops = tuple(s.encode("utf-8") for s in req.stop if s)
+                slots[k] = _Seq(i, d, prompt.astype(np.int32), budget, stops, t0)
+                return
+            reason = "prompt_too_long" if room <= 0 else "length"
+            self.last_run["requests"] += 1
+            g = Generation(text="", n_prompt_tokens=n, n_gen_tokens=0, finish_reason=reason,
+                           seconds=time.perf_counter() - t0)
+            try:
+                req = d.send(g)
+            except StopIteration as e:
+                slots[k] = None
+                on_finish(i, e.value)
+                return
+
+    def _finish(self, k, slots, reason: str, on_finish) -> None:
+        s = slots[k]
+        self.last_run["requests"] += 1
+        self.lc.llama_memory_seq_rm(self._mem, k, -1, -1)
+        data = bytes(s.buf[:s.cut]) if s.cut >= 0 else bytes(s.buf)
+        # an incomplete trailing UTF-8 character (cut by the budget) is dropped, as llama-cpp-python does
+        g = Generation(text=data.decode("utf-8", errors="ignore"), n_prompt_tokens=int(s.prompt.size),
+                       n_gen_tokens=len(s.tokens), finish_reason=reason, seconds=time.perf_counter() - s.t0,
+                       tokens=tuple(s.tokens))
+        try:
+            req = s.driver.send(g)
+        except StopIteration as e:
+            slots[k] = None
+            on_finish(s.index, e.value)
+            return
+        self._place(k, s.index, s.driver, req, slots, on_finish)
+
+    def _accept(self, k, slots, token: int, on_finish) -> int:
+        """Take the sampled ``token`` for slot ``k``; end the request where it ends. Returns the tokens
+        added to the reply (0 or 1)."""
+        s = slots[k]
+        eog = self._eog.get(token)
+        if eog is None:
+            eog = self._eog[token] = bool(self.lc.llama_vocab_is_eog(self.vocab, token))
+        if eog:
+            self._finish(k, slots, "stop", on_finish)
+            return 0
+        s.tokens.append(token)
+        piece = self._pieces.get(token)
+        if piece is None:
+            piece = self._pieces[token] = self._piece(token)
+        start = len(s.buf)
+        s.buf += piece
+        if s.stops:
+            # only where a stop string could newly end: the new bytes and the ones before them
+            lo = max(0, start - s.max_stop + 1)
+            hits = [j for j in (s.buf.find(st, lo) for st in s.stops) if j >= 0]
+            if hits:
+                s.cut = min(hits)
+                self._finish(k, slots, "stop", on_finish)
+                return 1
+        if len(s.tokens) >= s.budget:
+            self._finish(k, slots, "length", on_finish)
+            return 1
+        s.last = token
+        s.phase = _GEN
+        return 1
+
+    # -- decoding ---------------------------------------------------------------------------
+    def _set_seq(self, n: int, ids) -> None:
+        import numpy as np
+
+        b = self._batch
+        for i in np.flatnonzero(self._seq_ids[:n] != ids).tolist():  # only the ids that change
+            b.seq_id[i][0] = int(ids[i])
+        self._seq_ids[:n] = ids
+
+    def _decode(self, n: int) -> None:
+        self._batch.n_tokens = n
+        rc = self.lc.llama_decode(self.ctx, self._batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed with {rc} ({self.model_path})")
+
+    def _logits(self, n_rows: int):
+        """The output rows of the last decode (a view, remade only when llama.cpp moves its buffer,
+        which always holds at least n_seq_max rows)."""
+        import numpy as np
+
+        ptr = self.lc.llama_get_logits(self.ctx)
+        addr = ctypes.cast(ptr, ctypes.c_void_p).value
+        if addr != self._logits_addr:
+            self._logits_view = np.ctypeslib.as_array(ptr, shape=(self.n_parallel, self.n_vocab))
+            self._logits_addr = addr
+        return self._logits_view[:n_rows]
+
+    def _prefill(self, k, slots, step, on_finish) -> None:
+        """Decode slot ``k``'s prompt alone in n_batch chunks (the same chunks at any n_parallel);
+        the last row gives the first token."""
+        import numpy as np
+
+        s = slots[k]
+        prompt = s.prompt
+        n_all = int(prompt.size)
+        nb = self.n_batch
+        for lo in range(0, n_all, nb):
+            n = min(nb, n_all - lo)
+            self._tok[:n] = prompt[lo:lo + n]
+            self._pos[:n] = np.arange(lo, lo + n, dtype=np.int32)
+            self._set_seq(n, np.full(n, k, dtype=np.int32))
+            self._out[:n] = 0
+            last = lo + n == n_all
+            if last:
+                self._out[n - 1] = 1
+            self._decode(n)
+            self.last_run["prefill_decodes"] += 1
+            if not last:
+                step(n, 0)
+        s.pos = n_all
+        token = int(np.argmax(self._logits(1)[0]))  # first maximum: ties go to the lowest id
+        step(n, self._accept(k, slots, token, on_finish))
+
+    def _generate_step(self, live, slots, step, on_finish) -> None:
+        """One token of every generating sequence, in one llama_decode, in slot order."""
+        import numpy as np
+
+        n = len(live)
+        ids = np.asarray(live, dtype=np.int32)
+        self._tok[:n] = [slots[k].last for k in live]
+        self._pos[:n] = [slots[k].pos for k in live]
+        self._set_seq(n, ids)
+        self._out[:n] = 1
+        self._decode(n)
+        self.last_run["gen_steps"] += 1
+        self.last_run["gen_rows"] += n
+        nxt = np.argmax(self._logits(n), axis=1).tolist()
+        made = 0
+        for j, k in enumerate(live):
+            slots[k].pos += 1
+            made += self._accept(k, slots, int(nxt[j]), on_finish)
+        step(0, made)
+
+    def _compact(self, slots) -> list[int]:
+        """Move the highest sequences into the free slots below them, so the live sequences hold
+        slots 0..m-1: llama.cpp puts only consecutive sequence ids of split streams into one
+        micro-batch, and a gap would split every generation step into several graph runs. A move
+        copies the stream (``llama_memory_seq_cp``, applied before the next decode) and empties the
+        source; it happens only when no driver waits for a slot (a wave's tail), at fixed points
+        of the schedule."""
+        lc = self.lc
+        while True:
+            free = [k for k, s in enumerate(slots) if s is None]
+            live = [k for k, s in enumerate(slots) if s is not None]
+            if not free or not live or free[0] > live[-1]:
+                return live
+            src, dst = live[-1], free[0]
+            lc.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
+            lc.llama_memory_seq_rm(self._mem, src, -1, -1)
+            slots[dst], slots[src] = slots[src], None
+            self.last_run["moves"] += 1
 
     def close(self) -> None:
-        llm = getattr(self, "llm", None)
-        if llm is not None:
-            llm.close()
-            self.llm = None
+        if getattr(self, "_batch", None) is not None:
+            self.lc.llama_batch_free(self._batch)
+            self._batch = None
+        if getattr(self, "ctx", None):
+            self.lc.llama_free(self.ctx)
+            self.ctx = None
+        if getattr(self, "model", None):
+            self.lc.llama_model_free(self.model)
+            self.model = None
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
+
+    def __del__(self):
+        with contextlib.suppress(Exception):
+            self.close()
 
 
 def library_info() -> dict:
@@ -223,6 +668,7 @@ class RawContext:
         s = EngineSettings(n_ctx=n_ctx, kv=kv, n_gpu_layers=n_gpu_layers, n_threads=n_threads,
                            n_batch=n_batch, flash_attn=flash_attn)
         r = s.resolved()
+        r.pop("n_parallel")  # one context per measure: its record stays what it was
         self.resolved = {**r, "n_ubatch": n_ubatch or min(n_batch, 512), "n_seq_max": n_seq_max}
         with _quiet_stderr(not verbose):
             llama_cpp.llama_backend_init()
