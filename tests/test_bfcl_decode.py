@@ -68,6 +68,7 @@ def test_expressions_that_fail_in_eval_fail_here(expr, error):
     "('ab' * 10).replace('a', 'a' * 10 ** 7) + ''", "bytes(10 ** 10) + b''", "list(range(10 ** 12)) + []",
     "sum(range(10 ** 12)) + 0", "[i for i in range(10 ** 9)] + []", "list(map(bytes, [10 ** 10])) + []",
     "(lambda f: f(f))(lambda f: f(f)) + 1", "'{:{}}'.format('a', 10 ** 9) + ''", "f'{1:{10 ** 9}}' + ''",
+    "'{0.__class__.__base__}'.format(1) + ''", "(1).__class__ + 1", "str.maketrans('a', 'b') | {}",
     # memory and time: each value, all values together, and the work are bounded
     "['a' * 4_000_000 for _ in range(100)] + []", "[('a' * 10 ** 6) * 3 for _ in range(10)] + []",
     "[[0] * 10 ** 5 == [0] * 10 ** 5 for _ in range(10 ** 6)] + []", "list('x' * 3_000_000) + []",

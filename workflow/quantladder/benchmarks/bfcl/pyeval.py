@@ -216,11 +216,19 @@ def _check_spec(spec: str) -> None:
 def _check_format_string(fmt: str) -> None:
     import string
 
-    for _, field, spec, _ in string.Formatter().parse(fmt):
+    try:
+        fields = list(string.Formatter().parse(fmt))
+    except ValueError:
+        return  # str.format raises the same error
+    for _, field, spec, _ in fields:
         if spec and "{" in spec:
             raise Refused("a nested format spec")
         if spec:
             _check_spec(spec)
+        if field and "__" in field:
+            # attribute lookups inside a format field bypass the attribute rules (never a call,
+            # but a way to the evaluator's own objects)
+            raise Refused("a dunder attribute in a format field is not evaluated")
 
 
 def _seq_repeat_weight(a, b):
