@@ -1,8 +1,10 @@
 """The HTML report, built from the fixture dataset and opened in a real headless Chromium.
 
 The fixture (tests/fixtures/dataset/make_fixture.py) has two families on card cpu-test, ruler
-`unanchored` everywhere, humaneval `blocked`, one `incomplete` bfcl point, 7 degenerate loops at
-big/Q4_K_M/q8_0, and two points again on card gpu-b with 3 of 10 bfcl generations identical.
+`unanchored` everywhere, humaneval `blocked`, bigcodebench_hard at 0 % along the whole ladder, one
+`incomplete` bfcl point, 7 degenerate loops at big/Q4_K_M/q8_0, big/Q6_K's bfcl loss that no test can
+detect, big/Q4_K_M's ruler loss within the noise floor, and two points again on card gpu-b with 3 of 10
+bfcl generations identical.
 """
 
 from __future__ import annotations
@@ -28,10 +30,21 @@ def html_path(fixture_dataset, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def page(html_path):
-    """The report loaded in Chromium at laptop width: (browser, console log right after load)."""
+    """The report loaded in Chromium at laptop width: (browser, console log right after load), the
+    folded plot sections opened (a closed <details> lays nothing out)."""
     with Browser(width=1366, height=900) as b:
         b.open(html_path)
-        yield b, b.console()
+        log = b.console()
+        first_screen = b.js("""const a = document.querySelector('section.answer');
+            const svg = document.querySelector('svg');
+            return [a.getBoundingClientRect().top, window.innerHeight,
+                    a.compareDocumentPosition(svg) & Node.DOCUMENT_POSITION_FOLLOWING,
+                    [...document.querySelectorAll('details.plots')].map(d => d.open),
+                    [...document.querySelectorAll('svg')].every(s => s.closest('details') && !s.closest('details').open),
+                    a.querySelector('tbody tr:nth-child(2)').getBoundingClientRect().bottom]""")
+        b.js("document.querySelectorAll('details').forEach(d => d.open = true)")
+        b.first_screen = first_screen
+        yield b, log
 
 
 def test_self_contained(html_path):
@@ -41,7 +54,8 @@ def test_self_contained(html_path):
     assert not re.search(r"<(script|link|img|iframe)\b", text)
     assert not re.search(r"""(src|href)=["'](https?:)?//""", text)
     assert "@import" not in text and "url(http" not in text
-    assert text.count("<svg") == text.count('class="plot-svg"') > 40
+    # the plots worth drawing only: headlines that vary along the ladder, the Pareto fronts of paired figures
+    assert 20 < text.count("<svg") == text.count('class="plot-svg"') < 60
 
 
 def test_no_console_errors_in_chromium(page):
@@ -68,11 +82,16 @@ def test_curves_per_family_and_metric(page):
         f.querySelector('svg').getBoundingClientRect().width])""")
     got = {(f, bm, m) for f, bm, m, _, _ in figs}
     for fam in ("big", "small"):
-        for bm, m in [("bfcl", "accuracy"), ("bfcl", "flip_rate"),
-                      ("bfcl", "degenerate_items"), ("ruler", "score_avg"), ("perplexity", "ppl"),
-                      ("perplexity", "kld_mean"), ("perplexity", "same_top_token"), ("speed", "tg_tokens_per_s"),
-                      ("memory", "peak_mem_bytes"), ("memory", "kv_bytes_predicted"), ("energy", "joules_per_generated_token")]:
+        for bm, m in [("bfcl", "accuracy"), ("ruler", "score_avg"), ("perplexity", "ppl"), ("speed", "tg_tokens_per_s"),
+                      ("memory", "peak_mem_bytes"), ("energy", "joules_per_generated_token")]:
             assert (fam, bm, m) in got, (fam, bm, m)
+        # KLD is measured against the reference: small has one such point per KV type, no curve to draw
+        for m in ("kld_mean", "same_top_token"):
+            assert ((fam, "perplexity", m) in got) == (fam == "big")
+        # not headlines: in the tables, not drawn
+        assert (fam, "bfcl", "flip_rate") not in got and (fam, "bfcl", "degenerate_items") not in got
+        # 0 % at every rung: one line, not a plot
+        assert (fam, "bigcodebench_hard", "pass_at_1") not in got
     for fam, bm, m, text, width in figs:
         assert "bits per weight (bits)" in text, (fam, bm, m)
         assert re.search(rf"{re.escape(m)} \([^)]+\)", text), f"y axis of {fam}/{bm}/{m} lacks a unit: {text}"
@@ -83,9 +102,23 @@ def test_curves_per_family_and_metric(page):
     assert "KV q8_0" in tg and "tg_tokens_per_s (tokens/s)" in tg
     rss = next(t for f, bm, m, t, _ in figs if (f, bm, m) == ("big", "memory", "peak_mem_bytes"))
     assert "peak_mem_bytes (GiB)" in rss
-    # kv_bytes_predicted is measured at two contexts: one line per (KV type, n_ctx)
-    kv = next(t for f, bm, m, t, _ in figs if (f, bm, m) == ("big", "memory", "kv_bytes_predicted"))
-    assert "KV f16 · n_ctx 4096" in kv and "KV f16 · n_ctx 32768" in kv
+
+
+def test_figures_that_do_not_vary_collapse_to_one_line(page):
+    b, _ = page
+    lines = b.js("""return Object.fromEntries([...document.querySelectorAll('#family-big li.constant')].map(
+        li => [li.dataset.metric, li.textContent]))""")
+    # the KV cache is the same at every rung of a KV type: its value per (KV type, context), not a plot
+    kv = lines["kv_bytes_predicted"]
+    assert "is the same at every rung" in kv
+    assert "256.00 MiB (KV f16 · n_ctx 4096)" in kv and "2.00 GiB (KV f16 · n_ctx 32768)" in kv
+    assert "128.00 MiB (KV q8_0 · n_ctx 4096)" in kv
+    # every ruler average is below RULER's threshold: an effective length of 0 everywhere
+    assert lines["effective_length"].startswith("effective_length is the same at every rung: 0 tokens")
+    assert "pass_at_1" in lines and "0 ± 0 %" in lines["pass_at_1"]
+    small = b.js("""return Object.fromEntries([...document.querySelectorAll('#family-small li.constant')].map(
+        li => [li.dataset.metric, li.textContent]))""")
+    assert small["kld_mean"].startswith("kld_mean is measured at one rung per KV type and context only")
 
 
 def test_overview_one_plot_per_metric_one_line_per_family_and_kv(page):
@@ -101,6 +134,95 @@ def test_overview_one_plot_per_metric_one_line_per_family_and_kv(page):
         assert label in text
     assert "tg_tokens_per_s (tokens/s) at tg128" in got[("speed", "tg_tokens_per_s")]
     assert "score_avg (%) at n_ctx 32768" in got[("ruler", "score_avg")] and "unanchored" in got[("ruler", "score_avg")]
+
+
+def test_the_report_opens_with_the_answer(page):
+    """The first screen is the answer: no plot above it, the plot sections folded."""
+    b, _ = page
+    top, height, svg_after, details_open, all_folded, second_row = b.first_screen
+    assert 0 <= top < height / 2 and second_row < height  # the reference and the first rung, without scrolling
+    assert svg_after  # every plot comes after the answer
+    assert details_open and not any(details_open)  # folded at load
+    assert all_folded  # every plot sits in a closed <details>
+    assert b.js("return document.querySelectorAll('section.answer svg').length") == 0
+
+
+def _cells(b, table_id):
+    return b.js(f"""return [...document.querySelectorAll('#{table_id} tbody tr')].map(
+        r => [...r.cells].map(c => [c.textContent, [...c.querySelectorAll('.verdict')].map(v => [v.textContent, v.title])]))""")
+
+
+def test_answer_table_has_each_rungs_headlines_deltas_intervals_and_verdicts(page, fixture_dataset):
+    b, _ = page
+    df = dv.load(fixture_dataset)
+    heads = b.js("return [...document.querySelectorAll('#table-answer-big th')].map(c => c.textContent)")
+    col = {h.split(" (")[0].split("Δ")[0].strip(): i for i, h in enumerate(heads)}
+    assert {"bfclaccuracy", "perplexitykld_mean", "perplexitysame_top_token", "rulerscore_avg @ n_ctx 4096",
+            "rulerscore_avg @ n_ctx 32768", "memorypeak_mem_bytes", "speedtg_tokens_per_s"} <= set(col)
+    rows = {r[0][0].split(" ")[0] + "/" + r[1][0]: r for r in _cells(b, "table-answer-big")}
+    assert list(rows) == ["F16/f16", "Q8_0/f16", "Q6_K/f16", "Q4_K_M/f16", "Q4_K_M/q8_0"]
+
+    def truth(rung, metric, n_ctx=None, kv="f16"):
+        r = df[(df.card == "cpu-test") & (df.family == "big") & (df.rung == rung) & (df.kv == kv)
+               & (df.metric == metric) & df.subset.isna()]
+        return (r[r.n_ctx == n_ctx] if n_ctx else r).iloc[0]
+
+    for rung, metric, label, n_ctx, verdict in [
+            ("Q8_0", "accuracy", "bfclaccuracy", None, "loss"),  # 10 of 1000 items lost, none gained
+            ("Q6_K", "accuracy", "bfclaccuracy", None, "no loss detectable"),  # 1 item lost
+            ("Q4_K_M", "score_avg", "rulerscore_avg @ n_ctx 4096", 4096, "loss within noise"),
+            ("Q4_K_M", "kld_mean", "perplexitykld_mean", None, "loss")]:
+        text, badges = rows[f"{rung}/f16"][col[label]]
+        t = truth(rung, metric, n_ctx)
+        assert badges == [[verdict, t["verdict_text"]]], (rung, label)
+        assert report.fmt_delta(t["delta"], t["delta_ci_low"], t["delta_ci_high"], t["unit"], compact=True) in text
+    # by hand: BFCL's headline at Q8_0 is 79.0 against 80.0, the paired interval excludes 0
+    text, _ = rows["Q8_0/f16"][col["bfclaccuracy"]]
+    assert text.startswith("79.0 ± 1.4Δ -1.0 (-1.7…-0.3)")
+    # the reference has no delta; a point whose reference was not measured says so
+    assert rows["F16/f16"][col["bfclaccuracy"]] == ["80.0 ± 1.4", []]
+    assert "not compared" in rows["Q4_K_M/q8_0"][col["bfclaccuracy"]][0]
+
+
+def test_answer_collapses_a_constant_headline_and_states_the_noise_floor_and_the_plan(page, fixture_dataset):
+    from quantladder import plan, stats
+
+    b, _ = page
+    lines = b.js("return [...document.querySelectorAll('#answer-cpu-test-big li')].map(l => l.textContent)")
+    const = next(x for x in lines if x.startswith("bigcodebench_hard pass_at_1"))
+    df = dv.load(fixture_dataset)
+    mde = df[(df.card == "cpu-test") & (df.family == "big") & (df.benchmark == "bigcodebench_hard")
+             & df.subset.isna() & (df.metric == "pass_at_1")]["delta_mde"].dropna()
+    assert const.startswith("bigcodebench_hard pass_at_1 is the same at every rung: 0 ± 0 %")
+    assert "no rung's loss is detectable (n = 10;" in const and f"{mde.min():.1f} points" in const
+    heads = b.js("return [...document.querySelectorAll('#table-answer-big th')].map(c => c.textContent)")
+    assert not any("bigcodebench" in h for h in heads)  # a line, not a column
+    noise = next(x for x in lines if x.startswith("Noise floor"))
+    assert "bfcl 0.100 ± 0.100 % verdicts flipped, 99.80 ± 0.14 % replies identical (n = 1000)" in noise
+    assert "ruler 6.0 ± 1.2 % verdicts flipped (n = 400)" in noise
+    items = next(x for x in lines if x.startswith("Items to detect a 2-point loss"))
+    res = plan.plan(df[df.card == "cpu-test"], detect=2.0)
+    need = next(x for x in res["benchmarks"] if x["family"] == "big" and x["benchmark"] == "bfcl")
+    # the Q4_K_M rung flips 5 % of BFCL's 1000 items; Holm over the family's 12 headline comparisons
+    assert need["n_comparisons"] == 12
+    assert need["items_needed"] == stats.items_needed(0.02, 0.05, alpha=0.05 / 12, power=0.8)[0]
+    assert f"bfcl {need['items_needed']:,} items (Q4_K_M;" in items and "α/m = 0.0042, m = 12" in items
+
+
+def test_recommendation_at_common_budgets_prefers_an_indistinguishable_smaller_rung(page):
+    b, _ = page
+    rows = {r[0][0]: r for r in _cells(b, "table-recommend-cpu-test")}
+    assert list(rows) == ["512 MiB – 1 GiB", "2 GiB", "4 GiB", "8 GiB", "12 GiB – 141 GiB"]
+    assert rows["512 MiB – 1 GiB"][1][0] == "nothing fits"
+    assert rows["2 GiB"][1][0] == "small/Q8_0/f16" and rows["4 GiB"][1][0] == "big/Q4_K_M/f16"
+    # 12 GiB and more hold big/F16 (80 %), yet big/Q6_K (79.875 %) is the answer: its loss is not detectable
+    big = rows["12 GiB – 141 GiB"]
+    assert big[1][0] == "big/Q6_K/f16"
+    assert "preferred over the larger big/F16/f16" in big[4][0]
+    assert "bfcl accuracy: no loss detectable at n = 1000" in big[4][0]
+    assert ["no loss detectable", big[4][1][0][1]] in big[4][1]
+    # at 8 GiB big/F16 does not fit: the same rung, without that reason
+    assert rows["8 GiB"][1][0] == "big/Q6_K/f16" and "preferred over" not in rows["8 GiB"][4][0]
 
 
 def test_error_bars_drawn(page):
@@ -123,7 +245,7 @@ def test_unanchored_and_incomplete_are_marked(page):
     badges = b.js("""return [...document.querySelectorAll('.badge')].map(e => e.textContent + ':' + getComputedStyle(e).borderStyle)""")
     assert "unanchored:dashed" in badges and any(x.startswith("incomplete:") for x in badges)
     warn = b.js("return document.querySelector('.warn').textContent")
-    assert "7 points have unanchored figures" in warn and "1 points have incomplete figures" in warn
+    assert "8 points have unanchored figures" in warn and "1 point has incomplete figures" in warn
 
 
 def test_anchor_status_table(page):
@@ -131,25 +253,26 @@ def test_anchor_status_table(page):
     rows = b.js("""return [...document.querySelectorAll('#table-anchors tbody tr')].map(
         r => [...r.cells].map(c => c.textContent))""")
     by = {r[0]: r for r in rows}
-    assert set(by) == {"bfcl", "energy", "humaneval", "memory", "perplexity", "ruler", "speed"}
-    assert by["humaneval"][1] == "blocked" and by["humaneval"][7] == "7"
+    assert set(by) == {"bfcl", "bigcodebench_hard", "energy", "humaneval", "memory", "perplexity", "ruler", "speed"}
+    assert by["humaneval"][1] == "blocked" and by["humaneval"][7] == "8"
     assert "anchor deviates 7.2 points" in by["humaneval"][8]
-    assert by["ruler"][1] == "unanchored" and by["ruler"][3] == "7"
-    assert by["bfcl"][1] == "incomplete" and by["bfcl"][2:5] == ["6", "0", "1"]
+    assert by["ruler"][1] == "unanchored" and by["ruler"][3] == "8"
+    assert by["bfcl"][1] == "incomplete" and by["bfcl"][2:5] == ["7", "0", "1"]
 
 
 def test_point_and_manifest_tables(page):
     b, _ = page
     pts = b.js("""return [...document.querySelectorAll('#table-points-big tbody tr')].map(
         r => [...r.cells].map(c => c.textContent))""")
-    assert [r[:2] for r in pts] == [["F16 (reference)", "f16"], ["Q8_0", "f16"], ["Q4_K_M", "f16"], ["Q4_K_M", "q8_0"]]
+    assert [r[:2] for r in pts] == [["F16 (reference)", "f16"], ["Q8_0", "f16"], ["Q6_K", "f16"], ["Q4_K_M", "f16"],
+                                    ["Q4_K_M", "q8_0"]]
     header = b.js("return [...document.querySelectorAll('#table-points-big th')].map(c => c.textContent)")
     i = header.index("bfcl accuracy")
-    assert pts[2][i] == "75.0 ± 1.5 %"  # the headline's se from the verdicts (test_recommend shows the sum)
+    assert pts[3][i] == "75.0 ± 1.5 %"  # the headline's se from the verdicts (test_recommend shows the sum)
     man = b.js("""return [...document.querySelectorAll('#table-manifest-cpu-test tbody tr')].map(
         r => [...r.cells].map(c => c.textContent))""")
     mh = b.js("return [...document.querySelectorAll('#table-manifest-cpu-test th')].map(c => c.textContent)")
-    assert len(man) == 7 * 7  # every (point, benchmark)
+    assert len(man) == 8 * 8  # every (point, benchmark)
     assert {"manifest hash", "GGUF sha256", "data hash", "llama-cpp-python", "libllama sha256", "card"} <= set(mh)
     blocked = [r for r in man if r[3] == "humaneval"]
     assert all(r[4] == "blocked" for r in blocked)
@@ -171,12 +294,18 @@ def test_degenerate_and_flip_tables(page):
     heads = b.js("return [...document.querySelectorAll('#table-flips-cpu-test th')].map(c => c.textContent)")
     # every non-reference point with a same-KV reference (the q8_0 points have none), per benchmark
     assert sorted(tuple(r[:4]) for r in flips) == sorted(
-        (f, r, "f16", b) for f, r in (("big", "Q8_0"), ("big", "Q4_K_M"), ("small", "Q8_0")) for b in ("bfcl", "ruler"))
+        (f, r, "f16", b) for f, r in (("big", "Q8_0"), ("big", "Q6_K"), ("big", "Q4_K_M"), ("small", "Q8_0"))
+        for b in ("bfcl", "ruler", "bigcodebench_hard"))
     row = next(r for r in flips if r[:4] == ["big", "Q8_0", "f16", "bfcl"])
     # 79 % vs 80 % in each of 10 categories of 100 items: 10 of 1000 right → wrong
     assert row[heads.index("flip_rate")] == "1.00 ± 0.31 %"
     assert row[heads.index("noise floor: flip rate")] == "0.100 ± 0.100 %"  # 1 of 1000
     assert row[heads.index("noise floor: identical replies")] == "99.80 ± 0.14 %"  # 998 of 1000
+    assert row[heads.index("flip rate against the noise floor")] == "above the noise floor"
+    # ruler at big/Q4_K_M: 5 % of its 400 items flipped, the noise run of the reference flips 6 %
+    row = next(r for r in flips if r[:4] == ["big", "Q4_K_M", "f16", "ruler"])
+    assert row[heads.index("flip_rate")] == "5.0 ± 1.1 %" and row[heads.index("noise floor: flip rate")] == "6.0 ± 1.2 %"
+    assert row[heads.index("flip rate against the noise floor")] == "within noise"
 
 
 def test_pareto_fronts(page):
@@ -192,7 +321,7 @@ def test_pareto_fronts(page):
     # bfcl accuracy vs memory, by hand: rising memory must buy accuracy
     (_, _, _, members, text), = [f for f in fronts if f[:3] == ["bfcl", "accuracy", "peak_mem_bytes"]]
     assert members == ["small/Q8_0/q8_0", "small/Q8_0/f16", "small/F16/f16", "big/Q4_K_M/q8_0",
-                       "big/Q4_K_M/f16", "big/Q8_0/f16", "big/F16/f16"]
+                       "big/Q4_K_M/f16", "big/Q8_0/f16", "big/Q6_K/f16", "big/F16/f16"]
     assert "Pareto front" in text and "peak_mem_bytes (GiB)" in text and "accuracy (%)" in text
     # against speed: small/Q8_0/f16 (80 tokens/s, 59 %) beats small/Q8_0/q8_0 (78, 58) on both
     (_, _, _, members, _), = [f for f in fronts if f[:3] == ["bfcl", "accuracy", "tg_tokens_per_s"]]
@@ -207,7 +336,13 @@ def test_cross_card_view(page):
     deltas = b.js("""return [...document.querySelectorAll('#table-deltas-cpu-test-gpu-b tbody tr')].map(
         r => [...r.cells].map(c => c.textContent))""")
     tg = [r for r in deltas if r[:5] == ["big", "Q4_K_M", "f16", "speed", "tg_tokens_per_s"]]
-    assert tg and tg[0][6:] == ["35.00 ± 0.32 tokens/s", "35.35 ± 0.32 tokens/s", "0.35 ± 0.45 tokens/s"]
+    # the two cards' runs are independent: Δ ± √(sd_a² + sd_b²); the interval of the difference of the means
+    # of 5 repetitions each uses sd/√5
+    se = (2 * 0.316 ** 2 / 5) ** 0.5
+    assert tg and tg[0][6:8] == ["35.00 ± 0.32 tokens/s", "35.35 ± 0.32 tokens/s"]
+    m = re.fullmatch(r"0\.35 ± 0\.45 tokens/s \(95 % CI (-?[0-9.]+)…(-?[0-9.]+)\)", tg[0][8])
+    assert m, tg[0][8]
+    assert (float(m.group(1)), float(m.group(2))) == pytest.approx((0.35 - 1.959964 * se, 0.35 + 1.959964 * se), abs=2e-3)
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,8 @@ The comparisons, with their one documented choice of reference (docs/dataset.md)
   ``noise`` series, quantladder.config): the share of byte-identical replies (``noise_identical_share``)
   and the verdict flip rate (``noise_flip_rate``) between two runs that should agree. A rung whose flip
   rate is not above it has no loss the harness can attribute to quantization.
+- **Paired deltas** (the ``delta*`` and ``verdict*`` columns of every paired figure, and ``items_needed``):
+  ``quantladder.deltas``, called here on the rows assembled.
 - **Cross-card identity**: one ``generation_hash`` row per item, so the same points on two cards can be
   compared reply by reply (the seeds: 21 of 148 identical); cards are never merged into one curve.
 - **One card key, one machine kind**: points under one card key whose card fingerprints differ are
@@ -26,7 +28,7 @@ import logging
 import math
 from pathlib import Path
 
-from . import dataset, metrics
+from . import dataset, deltas, metrics
 from .errors import CardMismatchError
 from .io import read_json, read_jsonl
 from .metrics import TASK, Metric
@@ -157,6 +159,8 @@ def collect(metrics_paths: list[str]) -> list[dict]:
         if p.series == "points":
             rows.extend(dataset.rows_from_point(p.path))
     rows.extend(comparison_rows(points))
+    # the paired columns of every paired figure, and the items each comparison needs (quantladder.deltas)
+    rows.extend(deltas.fill(rows, points, reference_of))
     rows.extend(generation_hash_rows(points))
     return rows
 

@@ -6,7 +6,8 @@ From one card's dataset (``points.parquet``):
    (``flips_right_to_wrong`` / ``flips_wrong_to_right`` rows: b losses and c gains on n common
    items) give the discordance ψ = (b + c)/n. The items needed to detect a loss of ``detect`` points
    with ``power`` by McNemar's exact test at the planning level α/m (Holm's strictest step; m = the
-   (rung, benchmark) comparisons of the family on the card) come from ``stats.items_needed``; the
+   family's headline comparisons on the card that the dataset's verdicts were corrected over,
+   ``quantladder.deltas``) come from ``stats.items_needed``; the
    same at the Wilson 95 % upper bound of ψ shows what a small measured n leaves open. What the
    current n can detect is ``stats.smallest_detectable_loss``.
 2. **Cost.** Per (point, benchmark): prompt tokens / pp tokens/s + generated tokens / tg tokens/s of
@@ -34,7 +35,7 @@ from pathlib import Path
 import pandas as pd
 from scipy import stats as sps
 
-from . import stats
+from . import deltas, stats
 from .errors import QuantladderError
 
 GEN_METRICS = ("generation_items", "generation_prompt_tokens", "generation_output_tokens", "generation_seconds",
@@ -95,7 +96,11 @@ def items_plan(df: pd.DataFrame, *, detect: float, power: float = 0.8, alpha: fl
     flips = _flip_counts(df)
     loss = detect / 100.0
     out = []
-    m_by_family = flips.groupby("family").size().to_dict()
+    # m: the headline comparisons the dataset's verdicts were corrected over (quantladder.deltas); a
+    # dataset without paired columns falls back to the (rung, KV, benchmark) comparisons of its flips
+    m_by_family = {fam: m for (_, fam), m in deltas.headline_comparisons(df).items()}
+    for fam, k in flips.groupby("family").size().items():
+        m_by_family.setdefault(fam, int(k))
     for (family, kv, bench), g in flips.groupby(["family", "kv", "benchmark"], sort=True):
         m = comparisons or int(m_by_family[family])
         a = stats.planning_alpha(alpha, m, "holm")

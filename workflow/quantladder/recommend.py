@@ -12,6 +12,15 @@ score). Mode 2, ``pack``: place several families, each at one (rung, KV type), o
 so that every card's memory holds, maximising the summed score (an assignment problem: "same VRAM,
 a big model in Q4 or a small one in Q8?" over several cards at once).
 
+**A loss not distinguishable from the reference is no loss to pay memory for.** Each score figure
+carries the dataset's paired verdict against the family's reference rung (quantladder.deltas). Both
+modes rank by a score that takes, for a figure whose verdict is "no loss detectable", the higher of
+the figure and its reference's figure (value − delta): the run cannot tell the two apart, so a larger
+file buys nothing it could show. A "loss within noise" is a significant loss all the same and keeps
+its figure. Ties go to the smaller memory. The answer says when this decided it, citing the
+verdicts, and names the larger points it was preferred over; the measured score is reported beside
+the ranking score.
+
 Figures come from the dataset only. KV bytes per token are ``kv_bytes_predicted / n_ctx`` of the
 point (the cache grows linearly with the context); compute buffers are taken at the measured
 context that covers the requested one (or ``predicted_total_bytes - weights - KV`` there).
@@ -33,6 +42,8 @@ from . import metrics
 from .errors import QuantladderError
 
 EPS_TIE = 1e-6  # tie-break towards less memory, far below any score difference that matters
+MEMORY_FIGURES = ("weights_bytes", "kv_bytes_predicted", "compute_buffer_bytes", "predicted_total_bytes",
+                  "n_ctx_train")  # what the memory prediction reads
 
 
 def _binary(prob: pulp.LpProblem, name: str):
@@ -139,8 +150,10 @@ class Candidate:
     tg_stderr: float | None
     score: float  # weighted quality, %
     score_stderr: float | None
+    rank_score: float = 0.0  # the score the choice ranks by (see the module docstring), %
     scores: dict = field(default_factory=dict)  # benchmark -> {metric, value, stderr, unit, n_ctx, status}
     caveats: list = field(default_factory=list)
+    indistinguishable: list = field(default_factory=list)  # figures ranked with their reference: the verdicts
 
     @property
     def name(self) -> str:
@@ -275,10 +288,16 @@ def candidates(df: pd.DataFrame, ctx: int, weights: dict[str, float] | None = No
     wsum = sum(weights.values())
     # Plain records grouped once: a dataset of hundreds of points answers in well under a second.
     cols = dv.POINT + ["benchmark", "metric", "subset", "n_ctx", "value", "stderr", "unit", "status",
-                       "status_reason", "bits_per_weight", "file_bytes"]
+                       "status_reason", "bits_per_weight", "file_bytes", "delta", "delta_ci_low", "delta_ci_high",
+                       "verdict", "verdict_text"]
+    # Only the rows an answer reads (scores, memory, speed, and any row that marks a benchmark bad): a
+    # dataset of hundreds of points holds hundreds of thousands of rows.
+    used = {m for _, m in spec.values()} | set(MEMORY_FIGURES) | {"tg_tokens_per_s"}
+    sel = df["metric"].isin(used) | df["status"].isin(dv.BAD_STATUSES)
     points: dict[tuple, dict] = {}
-    for r in df[cols].to_dict("records"):
-        for c in ("n_ctx", "value", "stderr", "bits_per_weight", "file_bytes"):
+    for r in df.loc[sel, cols].to_dict("records"):
+        for c in ("n_ctx", "value", "stderr", "bits_per_weight", "file_bytes", "delta", "delta_ci_low",
+                  "delta_ci_high", "verdict", "verdict_text"):
             r[c] = _nn(r[c])
         if r["n_ctx"] is not None:
             r["n_ctx"] = int(r["n_ctx"])
@@ -299,8 +318,8 @@ def candidates(df: pd.DataFrame, ctx: int, weights: dict[str, float] | None = No
         if not reason and trained and ctx > max(r["value"] for r in trained):
             reason = (f"the model was trained for {int(max(r['value'] for r in trained))} tokens of context, "
                       f"fewer than {ctx}")
-        scores, caveats = {}, []
-        total, var, var_known = 0.0, 0.0, True
+        scores, caveats, same = {}, [], []
+        total, ranked, var, var_known = 0.0, 0.0, 0.0, True
         for wkey, (bench, metric) in spec.items():
             if reason:
                 break
@@ -319,9 +338,17 @@ def candidates(df: pd.DataFrame, ctx: int, weights: dict[str, float] | None = No
             if r["n_ctx"] is not None and r["n_ctx"] < ctx:
                 caveats.append(f"{bench} measured up to n_ctx {r['n_ctx']}, below the requested {ctx}")
             se = r["stderr"]
-            scores[wkey] = {"benchmark": bench, "metric": metric, "value": float(r["value"]), "stderr": se,
-                            "unit": r["unit"], "n_ctx": r["n_ctx"], "status": st, "weight": weights[wkey]}
-            total += weights[wkey] * float(r["value"])
+            value = float(r["value"])
+            scores[wkey] = {"benchmark": bench, "metric": metric, "value": value, "stderr": se,
+                            "unit": r["unit"], "n_ctx": r["n_ctx"], "status": st, "weight": weights[wkey],
+                            "delta": r["delta"], "delta_ci_low": r["delta_ci_low"], "delta_ci_high": r["delta_ci_high"],
+                            "verdict": r["verdict"], "verdict_text": r["verdict_text"]}
+            rank = _ranked(value, r)
+            if rank > value:
+                same.append({"benchmark": bench, "metric": metric, "reference_value": rank, "value": value,
+                             "verdict": r["verdict"], "verdict_text": r["verdict_text"]})
+            total += weights[wkey] * value
+            ranked += weights[wkey] * rank
             if se is None:
                 var_known = False
             else:
@@ -336,9 +363,23 @@ def candidates(df: pd.DataFrame, ctx: int, weights: dict[str, float] | None = No
             weights_bytes=weights_b, kv_bytes=kv_b, buffer_bytes=buf_b, memory_bytes=weights_b + kv_b + buf_b,
             tg_tokens_per_s=None if spr is None else float(spr["value"]),
             tg_stderr=None if spr is None else spr["stderr"], score=total / wsum,
-            score_stderr=math.sqrt(var) / wsum if var_known else None, scores=scores, caveats=caveats + mnotes))
-    out.sort(key=lambda c: (-c.score, c.memory_bytes, c.name))
+            score_stderr=math.sqrt(var) / wsum if var_known else None, rank_score=ranked / wsum, scores=scores,
+            caveats=caveats + mnotes, indistinguishable=same))
+    out.sort(key=lambda c: (-c.rank_score, c.memory_bytes, c.name))
     return out, excluded, weights, notes
+
+
+# Only "no loss detectable": a "loss within noise" is still a significant, one-sided loss (the harness's
+# own flips are as likely either way), so it keeps its measured figure; the answer shows its verdict.
+NOT_A_LOSS = ("no loss detectable",)
+
+
+def _ranked(value: float, r: dict) -> float:
+    """The figure the choice ranks by: its reference's (value − delta) where the paired verdict cannot
+    tell the two apart and the reference's is higher, else the figure itself."""
+    if r.get("verdict") in NOT_A_LOSS and r.get("delta") is not None and r["delta"] < 0:
+        return value - float(r["delta"])
+    return value
 
 
 # ---------------------------------------------------------------- mode 1: one model on one budget
@@ -349,7 +390,7 @@ def _solve_choice(cands: list[Candidate], budget: float | None, min_tg: float | 
     prob = pulp.LpProblem("rung_choice", pulp.LpMaximize)
     x = {c.name: _binary(prob, f"x{i}") for i, c in enumerate(cands)}
     scale = max((c.memory_bytes for c in cands), default=1.0) or 1.0
-    prob += pulp.lpSum((c.score - EPS_TIE * c.memory_bytes / scale) * x[c.name] for c in cands)
+    prob += pulp.lpSum((c.rank_score - EPS_TIE * c.memory_bytes / scale) * x[c.name] for c in cands)
     prob += pulp.lpSum(x.values()) == 1, "one_model"
     if budget is not None:
         prob += pulp.lpSum(c.memory_bytes / scale * x[c.name] for c in cands) <= budget / scale, "memory"
@@ -363,7 +404,18 @@ def _solve_choice(cands: list[Candidate], budget: float | None, min_tg: float | 
     if _solve(prob) != "Optimal":
         return None
     chosen = [c for c in cands if (x[c.name].value() or 0) > 0.5]
-    return chosen[0] if chosen else None
+    if not chosen:
+        return None
+    # Ties in the ranking score go to the smaller memory, whatever the solver's tolerance made of EPS_TIE.
+    best = chosen[0]
+    ties = [c for c in cands if abs(c.rank_score - best.rank_score) <= 1e-9 and _allowed(c, budget, min_tg, kv_allowed, banned)]
+    return min(ties, key=lambda c: (c.memory_bytes, c.name))
+
+
+def _allowed(c: Candidate, budget, min_tg, kv_allowed, banned) -> bool:
+    return (c.name not in banned and (budget is None or c.memory_bytes <= budget * (1 + 1e-12))
+            and (kv_allowed is None or c.kv in kv_allowed)
+            and (min_tg is None or (c.tg_tokens_per_s is not None and c.tg_tokens_per_s >= min_tg)))
 
 
 def recommend(df: pd.DataFrame, mem: int | str, ctx: int | str, *, kv: list[str] | None = None,
@@ -410,17 +462,45 @@ def recommend(df: pd.DataFrame, mem: int | str, ctx: int | str, *, kv: list[str]
         if not active[name]:
             continue
         alt = _solve_choice(cands, b, t, k, set())
-        if alt is not None and alt.score > best.score + 1e-9:
+        if alt is not None and alt.rank_score > best.rank_score + 1e-9:
             binding.append({"constraint": name, "without_it": alt.name, "score_without_it": alt.score,
-                            "score_gain": alt.score - best.score})
+                            "score_gain": alt.rank_score - best.rank_score})
+    over = preferred_over(best, cands, budget, min_tg, kv_allowed)
+    message = (f"run {best.name}: predicted {dv.fmt_bytes(best.memory_bytes)} of {dv.fmt_bytes(budget)} at "
+               f"{ctx} tokens, score {best.score:.2f} %")
+    if over:
+        message += "; " + why_preferred(best, over)
     result.update(
         feasible=True, best=best.as_dict(), runners_up=[r.as_dict() for r in runners], binding=binding,
+        preferred_over=[{"name": c.name, "score": c.score, "memory_bytes": c.memory_bytes} for c in over],
         slack={"memory_bytes": budget - best.memory_bytes,
                "tg_tokens_per_s": None if min_tg is None or best.tg_tokens_per_s is None else best.tg_tokens_per_s - min_tg},
-        message=f"run {best.name}: predicted {dv.fmt_bytes(best.memory_bytes)} of {dv.fmt_bytes(budget)} at "
-                f"{ctx} tokens, score {best.score:.2f} %")
+        message=message)
     result["seconds"] = round(time.perf_counter() - t0, 3)
     return result
+
+
+def preferred_over(best: Candidate, cands: list[Candidate], budget, min_tg, kv_allowed) -> list[Candidate]:
+    """The points within the constraints that score higher as measured but use more memory, and that
+    the choice passed over because its loss against them is not distinguishable."""
+    if not best.indistinguishable:
+        return []
+    out = []
+    for c in cands:
+        if c.name == best.name or c.memory_bytes <= best.memory_bytes or c.score <= best.score + 1e-9:
+            continue
+        if not _allowed(c, budget, min_tg, kv_allowed, set()):
+            continue
+        if c.rank_score <= best.rank_score + 1e-9:
+            out.append(c)
+    return sorted(out, key=lambda c: (-c.score, c.memory_bytes))
+
+
+def why_preferred(best: Candidate, over: list[Candidate]) -> str:
+    cites = "; ".join(f"{s['benchmark']} {s['metric']}: {s['verdict_text']}" for s in best.indistinguishable)
+    names = ", ".join(f"{c.name} ({dv.fmt_bytes(c.memory_bytes)}, score {c.score:.2f} %)" for c in over)
+    return (f"preferred over the larger {names}: its loss against its family's reference is not distinguishable "
+            f"({cites}), so it ranks with the reference's score {best.rank_score:.2f} % and the smaller memory wins")
 
 
 def _no_data_message(excluded: list[dict]) -> str:
@@ -494,7 +574,7 @@ def pack(df: pd.DataFrame, cards: list[tuple[str, int]] | list[str] | str, ctx: 
             if c.memory_bytes <= cap:
                 x[i, j] = _binary(prob, f"x_{i}_{j}")
     scale = max((cap for _, cap in cards), default=1)
-    prob += pulp.lpSum((pool[i].score - EPS_TIE * pool[i].memory_bytes / scale) * v for (i, j), v in x.items())
+    prob += pulp.lpSum((pool[i].rank_score - EPS_TIE * pool[i].memory_bytes / scale) * v for (i, j), v in x.items())
     for f in fams:
         terms = [v for (i, j), v in x.items() if pool[i].family == f]
         if require_all:
@@ -541,6 +621,12 @@ def _cand_line(c: dict) -> str:
     line = (f"{c['name']:<36} score {score:<18} memory {dv.fmt_bytes(c['memory_bytes'])} "
             f"(weights {dv.fmt_bytes(c['weights_bytes'])} + KV {dv.fmt_bytes(c['kv_bytes'])} + "
             f"buffers {dv.fmt_bytes(c['buffer_bytes'])})  tg {tg}")
+    for key, s in c["scores"].items():
+        if s.get("delta") is not None:
+            line += (f"\n      {key} vs reference: Δ {s['delta']:+.2f} points (95 % CI {s['delta_ci_low']:+.2f}…"
+                     f"{s['delta_ci_high']:+.2f}), {s['verdict']}")
+    if c.get("indistinguishable"):
+        line += f"\n      ranked with its reference: {c['rank_score']:.2f} %"
     if c["caveats"]:
         line += "\n      caveats: " + "; ".join(c["caveats"])
     return line
@@ -569,6 +655,8 @@ def format_text(result: dict) -> str:
             lines += ["  " + _cand_line(c) for c in slot["models"]]
         return "\n".join(lines)
     lines.append("best:  " + _cand_line(result["best"]))
+    if result.get("preferred_over"):
+        lines.append("why:   " + result["message"].split("; ", 1)[1])
     for i, r in enumerate(result["runners_up"], 2):
         lines.append(f"#{i}:    " + _cand_line(r))
     if result["binding"]:

@@ -2,11 +2,17 @@
 
 ``build(points_parquet, out_html, card=None)`` reads ``points.parquet`` and nothing else, and
 writes one HTML file with inline SVG plots (matplotlib, text kept as text) and no external
-JS/CSS. Sections: status of every benchmark (anchor gate), per family every figure against bits
-per weight (error bars, one line per KV-cache type), Pareto fronts of the quality figures against
-memory, tokens/s and joules per token across families, degenerate loops, flips vs the reference,
-per-point tables with the manifest, and — when the dataset holds other cards — the cross-card view
-(identical generations, deltas), which never mixes cards into one curve.
+JS/CSS. Each card opens with **the answer**, on one screen and without plots: per family and rung
+the headline figures, their paired deltas against the reference with 95 % intervals and verdicts
+(the dataset's ``delta*``/``verdict*`` columns, quantladder.deltas), the noise floor, the items a
+2-point loss needs (quantladder.plan) and the recommendation at common memory budgets
+(quantladder.recommend); a headline that does not vary along the ladder is one line. Below: status
+of every benchmark (anchor gate), flips beside the noise floor, then, folded, the plots — headline
+figures against bits per weight per family and across families, Pareto fronts of the paired quality
+figures against memory, tokens/s and joules per token — where a figure that does not vary is one
+line instead of a plot, every figure's table with its paired Δ, degenerate loops, manifests, and —
+when the dataset holds other cards — the cross-card view (identical generations, deltas), which
+never mixes cards into one curve.
 
 `unanchored` points are drawn hollow and `incomplete` ones as ×; in tables their status is a badge.
 """
@@ -23,6 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import dataset_view as dv
+from . import deltas
 from . import metrics as qmetrics
 from . import status as qstatus
 from .errors import DataError
@@ -268,24 +275,32 @@ def overview_figure(F: Figures, rows: pd.DataFrame, card: str, benchmark: str, m
             f"{svg}</figure>")
 
 
+def plotted_metrics(df: pd.DataFrame, benchmark: str) -> list[str]:
+    """The figures of a benchmark worth a plot against bits per weight: its headlines (the registry's
+    ``headline_for``) and, for a cost, its Pareto axes; every other figure is in the tables."""
+    have = set(dv.figures(df[df["benchmark"] == benchmark])["metric"])
+    names = qmetrics.headlines(benchmark) + qmetrics.pareto_costs(benchmark)
+    return [m for m in dict.fromkeys(names) if m in have and m not in dv.NOT_CURVES]
+
+
 def overview_section(F: Figures, df: pd.DataFrame, card: str) -> str:
-    """The headline figure of each benchmark, and the cost figures, with every family on one plot."""
-    figs = []
+    """The headline figures of each benchmark, and the cost axes, with every family on one plot; a
+    figure that does not vary along any family's ladder is one line instead."""
+    figs, lines = [], []
     for b in dv.task_benchmarks(df) + [c for c in dv.COST_BENCHMARKS if (df["benchmark"] == c).any()]:
-        if b in dv.COST_BENCHMARKS:
-            metrics = [m for m in dict.fromkeys(dv.whole(dv.figures(df[df["benchmark"] == b]))["metric"])
-                       if m not in dv.NOT_CURVES]
-        else:
-            metrics = dv.headline_metrics(df, b)
-        for m in metrics:
+        for m in plotted_metrics(df, b):
             vals, _, where = _point_values(df, b, m)
             if vals.empty:
                 continue
             rows = vals.merge(dv.point_table(df)[dv.POINT + ["bits_per_weight"]], on=dv.POINT)
+            if not any(varies(g.assign(subset=None)) for _, g in rows.groupby("family")):
+                lines.append(constant_line(rows.assign(subset=None), f"{b} {m}"))
+                continue
             figs.append(overview_figure(F, rows, card, b, m, where))
-    if not figs:
-        return '<p class="note">No figures to plot.</p>'
-    return '<div class="grid">' + "".join(figs) + "</div>"
+    out = ('<div class="grid">' + "".join(figs) + "</div>") if figs else '<p class="note">No figures to plot.</p>'
+    if lines:
+        out += '<ul class="constants">' + "".join(lines) + "</ul>"
+    return out
 
 
 def _point_values(df: pd.DataFrame, benchmark: str, metrics: tuple[str, ...] | str) -> tuple[pd.DataFrame, str | None, str | None]:
@@ -325,7 +340,8 @@ def pareto_section(F: Figures, df: pd.DataFrame, card: str) -> str:
     qualities = []
     for b in dv.task_benchmarks(df):
         for m in dv.headline_metrics(df, b):
-            qualities.append((b, m))
+            if qmetrics.get(m).paired:  # the quality figures with a paired verdict; the rest are in the tables
+                qualities.append((b, m))
     missing_costs = []
     for ckey, ctitle, lower in COST_AXES:
         cmetrics = tuple(qmetrics.pareto_costs(ckey))
@@ -473,10 +489,13 @@ def values_table(df: pd.DataFrame, family: str, benchmark: str) -> str:
                       na_position="first")
     rows = [[esc(r["rung"]), esc(r["kv"]), esc(r["metric"]), esc(r["subset"] or "—"),
              "—" if _isnan(r["n_ctx"]) else str(int(r["n_ctx"])), vcell(r["value"], r["stderr"], r["unit"]),
-             "—" if _isnan(r["n"]) else str(int(r["n"])), badge(r["status"])] for _, r in g.iterrows()]
+             "—" if _isnan(r["n"]) else str(int(r["n"])),
+             ("—" if _isnan(r["delta"]) else esc(fmt_delta(r["delta"], r["delta_ci_low"], r["delta_ci_high"], r["unit"]))
+              + " " + verdict_badge(r["verdict"], r["verdict_text"])),
+             badge(r["status"])] for _, r in g.iterrows()]
     classes = [f"st-row-{r['status']}" for _, r in g.iterrows()]
-    return table(["rung", "KV", "metric", "subset", "n_ctx (tokens)", "value ± stderr", "n", "status"], rows,
-                 f"table-values-{family}-{benchmark}", classes)
+    return table(["rung", "KV", "metric", "subset", "n_ctx (tokens)", "value ± stderr", "n",
+                  "paired Δ vs the reference · verdict", "status"], rows, f"table-values-{family}-{benchmark}", classes)
 
 
 def family_section(F: Figures, df: pd.DataFrame, family: str) -> str:
@@ -494,20 +513,25 @@ def family_section(F: Figures, df: pd.DataFrame, family: str) -> str:
             out.append(f'<p class="note">No figures: {esc(reasons)}</p>')
             continue
         metrics = [m for m in dict.fromkeys(brows["metric"]) if m not in dv.NOT_CURVES]
-        head = dv.headline_metrics(fam, b) if b not in dv.COST_BENCHMARKS else metrics
-        rest = [m for m in metrics if m not in head]
-        log.info("report: %s / %s: %d figures", family, b, len(metrics))
-
-        def fig(m):
-            svg = curve_figure(F, brows[brows["metric"] == m], family, b, m)
-            return (f'<figure class="plot" data-kind="curve" data-family="{esc(family)}" data-benchmark="{esc(b)}" '
-                    f'data-metric="{esc(m)}">{svg}</figure>')
-
-        out.append('<div class="grid">' + "".join(fig(m) for m in head) + "</div>")
-        if rest:
-            out.append(f"<details><summary>{len(rest)} more figures of {esc(b)}</summary><div class=\"grid\">"
-                       + "".join(fig(m) for m in rest) + "</div></details>")
-        out.append(f"<details><summary>all {esc(b)} values (table)</summary>{values_table(df, family, b)}</details>")
+        plotted = plotted_metrics(fam, b)
+        log.info("report: %s / %s: %d figures, %d plotted at most", family, b, len(metrics), len(plotted))
+        figs_html, lines = [], []
+        for m in plotted:
+            mrows = brows[brows["metric"] == m]
+            if not varies(mrows):
+                lines.append(constant_line(mrows, m))
+                continue
+            svg = curve_figure(F, mrows, family, b, m)
+            figs_html.append(f'<figure class="plot" data-kind="curve" data-family="{esc(family)}" '
+                             f'data-benchmark="{esc(b)}" data-metric="{esc(m)}">{svg}</figure>')
+        if figs_html:
+            out.append('<div class="grid">' + "".join(figs_html) + "</div>")
+        rest = [m for m in metrics if m not in plotted]
+        lines += [constant_line(brows[brows["metric"] == m], m) for m in rest if not varies(brows[brows["metric"] == m])]
+        if lines:
+            out.append('<ul class="constants">' + "".join(lines) + "</ul>")
+        out.append(f"<details><summary>all {len(metrics)} {esc(b)} figures (table)</summary>"
+                   f"{values_table(df, family, b)}</details>")
     out.append("</section>")
     return "".join(out)
 
@@ -547,6 +571,13 @@ def flips_section(df: pd.DataFrame, card: str) -> str:
         for m in ("noise_flip_rate", "noise_identical_share"):
             r = nz[nz["metric"] == m]
             cells.append("—" if r.empty else vcell(r["value"].iloc[0], r["stderr"].iloc[0], r["unit"].iloc[0]))
+        fr, nf = p[p["metric"] == "flip_rate"], nz[nz["metric"] == "noise_flip_rate"]
+        if fr.empty or nf.empty:
+            cells.append("— (no noise floor)")
+        elif float(fr["value"].iloc[0]) <= float(nf["value"].iloc[0]):
+            cells.append('<span class="verdict v-noise">within noise</span>')
+        else:
+            cells.append("above the noise floor")
         n = p["n"].dropna()
         cells.append("—" if n.empty else str(int(n.iloc[0])))
         st = _worst(p["status"])
@@ -554,7 +585,8 @@ def flips_section(df: pd.DataFrame, card: str) -> str:
         rows.append(cells)
         classes.append(f"st-row-{st}")
     heads = ["family", "rung", "KV", "benchmark"] + [esc(m) for m in flip_names] + [
-        "noise floor: flip rate", "noise floor: identical replies", "items", "status"]
+        "noise floor: flip rate", "noise floor: identical replies", "flip rate against the noise floor", "items",
+        "status"]
     return table(heads, rows, f"table-flips-{card}", classes,
                  caption="Flips against the reference rung (same card, KV type and settings), beside the noise "
                          "floor: the reference rung generated again at another batch setting. A flip rate not "
@@ -605,7 +637,8 @@ def _share(k: int, n: int) -> str:
 def crosscard_section(df: pd.DataFrame, card: str, others: list[str]) -> str:
     out = ['<p>Each card\'s curves above use that card\'s figures only: the same configuration gives different '
            "outputs on different cards. This view is shown because the dataset holds several cards. "
-           "Shares carry a binomial standard error; deltas carry the two standard errors combined.</p>"]
+           "Shares carry a binomial standard error; deltas carry the two ± combined, and the normal 95 % interval of "
+           "the difference (two cards' runs are independent, not paired; an sd over repetitions counts as sd/√n).</p>"]
     for other in others:
         out.append(f"<h3>{esc(card)} vs {esc(other)}</h3>")
         ident = identical_generations(df, card, other)
@@ -636,13 +669,326 @@ def crosscard_section(df: pd.DataFrame, card: str, others: list[str]) -> str:
             d = r["value_b"] - r["value_a"]
             se = (math.sqrt(r["stderr_a"] ** 2 + r["stderr_b"] ** 2)
                   if not (_isnan(r["stderr_a"]) or _isnan(r["stderr_b"])) else None)
+            se_mean = se
+            m = qmetrics.registry().get(r["metric"])
+            if se is not None and m is not None and m.stderr == "sd":
+                # an sd over repetitions: the interval of the difference of the means uses sd/√n per card
+                na, nb = r["n_a"], r["n_b"]
+                se_mean = (math.sqrt(r["stderr_a"] ** 2 / na + r["stderr_b"] ** 2 / nb)
+                           if not (_isnan(na) or _isnan(nb)) and na > 0 and nb > 0 else None)
             rows.append([esc(r["family"]), esc(r["rung"]), esc(r["kv"]), esc(r["benchmark"]), esc(r["metric"]),
                          "—" if _isnan(r["n_ctx"]) else str(int(r["n_ctx"])),
                          vcell(r["value_a"], r["stderr_a"], r["unit_a"]), vcell(r["value_b"], r["stderr_b"], r["unit_b"]),
-                         vcell(d, se, r["unit_a"])])
+                         vcell(d, se, r["unit_a"]) + (
+                             " <small>(no interval: no standard error)</small>" if se_mean is None else
+                             f" <small>(95 % CI {esc(dv.fmt_value(d - 1.959964 * se_mean, None, None))}"
+                             f"…{esc(dv.fmt_value(d + 1.959964 * se_mean, None, None))})</small>")])
         out.append(f"<details><summary>{len(rows)} figures measured on both cards (deltas)</summary>" + table(
             ["family", "rung", "KV", "benchmark", "metric", "n_ctx", esc(card), esc(other), f"Δ ({esc(other)} − {esc(card)})"],
             rows, f"table-deltas-{card}-{other}") + "</details>")
+    return "".join(out)
+
+
+# ------------------------------------------------------------------ the answer (the report's first screen)
+
+DETECT_POINTS = 2.0  # the loss the report's sample-size answer is for (quantladder plan --detect 2)
+BUDGETS_GIB = (0.5, 1, 2, 4, 8, 12, 16, 24, 48, 80, 141)  # common memory budgets the recommendation is shown for
+ANSWER_CTX = 4096  # the context the budgets' recommendations are computed at
+VERDICT_CLASS = {"loss": "v-loss", "gain": "v-gain", "no loss detectable": "v-none", "loss within noise": "v-noise",
+                 "gain within noise": "v-noise"}
+
+
+def _tol(values) -> float:
+    vmax = max((abs(float(v)) for v in values), default=0.0)
+    return 1e-9 * max(1.0, vmax)
+
+
+def varies(rows: pd.DataFrame) -> bool:
+    """Whether a figure changes along the ladder: within one KV type, subset and context, two points differ."""
+    for _, g in rows.groupby(["kv", "subset", "n_ctx"], dropna=False):
+        v = g["value"].astype(float)
+        if len(v) > 1 and float(v.max() - v.min()) > _tol(v):
+            return True
+    return False
+
+
+def constant_line(rows: pd.DataFrame, label: str, tail: str = "") -> str:
+    """One line for a figure that does not vary along the ladder: its value per (KV, subset, n_ctx)."""
+    by_value: dict[str, list[str]] = {}
+    for (kv, subset, nctx), g in rows.groupby(["kv", "subset", "n_ctx"], dropna=False, sort=True):
+        r = g.iloc[0]
+        where = [f"KV {kv}"] + ([str(subset)] if not _isnan(subset) else []) + (
+            [f"n_ctx {int(nctx)}"] if not _isnan(nctx) else [])
+        by_value.setdefault(dv.fmt_value(r["value"], None if _isnan(r["stderr"]) else r["stderr"], r["unit"]),
+                            []).append(" · ".join(where))
+    longest = max(len(g) for _, g in rows.groupby(["kv", "subset", "n_ctx"], dropna=False))
+    parts = [f"{esc(v)} <small>({esc(', '.join(w))})</small>" for v, w in by_value.items()]
+    what = ("is the same at every rung" if longest > 1 else
+            "is measured at one rung per KV type and context only (no curve to draw)")
+    return (f'<li class="constant" data-metric="{esc(label)}"><b>{esc(label)}</b> {what}: '
+            + "; ".join(parts) + (f" — {tail}" if tail else "") + "</li>")
+
+
+def _verdict_summary(rows: pd.DataFrame) -> str:
+    """For a constant headline: what its verdicts say together (no loss detectable, and how small a
+    loss the run could have seen)."""
+    v = rows[rows["verdict"].notna()]
+    if v.empty:
+        return ""
+    n = sorted({int(x) for x in v["n"].dropna()})
+    mde = v["delta_mde"].dropna()
+    see = ("no loss of any size was detectable with these items" if mde.empty else
+           f"the smallest loss detectable at 80 % power is {mde.min():.1f}"
+           + ("" if mde.max() - mde.min() < 0.05 else f"–{mde.max():.1f}") + " points")
+    return (f"no rung's loss is detectable (n = {', '.join(map(str, n))}; Holm over the family's headline "
+            f"comparisons); {see}")
+
+
+def fmt_delta(delta, lo, hi, unit, compact: bool = False) -> str:
+    """'Δ −5.0 points (95 % CI −6.5…−3.5)': a paired difference always with its interval (compact:
+    'Δ −5.0 (−6.5…−3.5)', where a column header says the unit and the level)."""
+    if _isnan(delta):
+        return ""
+    if unit == "%":
+        width = abs(hi - lo) if not (_isnan(lo) or _isnan(hi)) else abs(delta)
+        d = 1 if width >= 1 or width == 0 else min(3, 1 - math.floor(math.log10(width)))
+        f = lambda x: f"{x:+.{d}f}".replace("+0." + "0" * d, "0." + "0" * d)  # noqa: E731
+        u = " points"
+    else:
+        f = lambda x: "0" if x == 0 else f"{x:+.3g}"  # noqa: E731
+        u = "" if unit in (None, "", "1") else f" {unit}"
+    if compact:
+        return f"Δ {f(delta)} ({'no interval' if _isnan(lo) or _isnan(hi) else f'{f(lo)}…{f(hi)}'})"
+    ci = "no interval" if _isnan(lo) or _isnan(hi) else f"95 % CI {f(lo)}…{f(hi)}"
+    return f"Δ {f(delta)}{u} ({ci})"
+
+
+def verdict_badge(verdict, text) -> str:
+    if _isnan(verdict) or not verdict:
+        return ""
+    return (f'<span class="verdict {VERDICT_CLASS.get(verdict, "v-none")}" title="{esc(text)}">{esc(verdict)}</span>')
+
+
+def _answer_columns(fam: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
+    """The headline figures of a family, one column each: (benchmark, label, rows: one per point).
+
+    A headline measured at several contexts (RULER's average per length) is a column per context; a
+    headline without a whole-set row (a perplexity figure per corpus) is a column per subset."""
+    cols = []
+    # the costs a recommendation weighs (memory, speed); energy is in the details
+    benches = dv.task_benchmarks(fam) + [b for b in ("memory", "speed") if (fam["benchmark"] == b).any()]
+    figs = dv.figures(fam)
+    for b in benches:
+        # quality: the headlines with a paired verdict; cost: each measure's preferred Pareto axis
+        names = ([m for m in qmetrics.headlines(b) if qmetrics.get(m).paired] if b not in dv.COST_BENCHMARKS
+                 else qmetrics.pareto_costs(b)[:1])
+        for m in names:
+            rows = figs[(figs["benchmark"] == b) & (figs["metric"] == m)]
+            if rows.empty:
+                continue
+            whole = dv.whole(rows)
+            if whole.empty:
+                groups = [(f" · {s}", g) for s, g in rows.groupby("subset", sort=True)]
+            else:
+                ctxs = sorted(whole["n_ctx"].dropna().unique())
+                if qmetrics.get(m).whole == "only" or len(ctxs) <= 1:
+                    groups = [("", whole)]
+                else:
+                    groups = [(f" @ n_ctx {int(c)}", whole[whole["n_ctx"] == c]) for c in ctxs]
+            for suffix, g in groups:
+                picked = pd.DataFrame([dv.pick_ctx(pg, None) for _, pg in g.groupby(dv.POINT, dropna=False)])
+                cols.append((b, f"{m}{suffix}", picked))
+    return cols
+
+
+def _is_constant_column(rows: pd.DataFrame) -> bool:
+    if rows.empty or rows.groupby(["rung", "kv"]).ngroups < 2:
+        return False
+    v = rows["value"].astype(float)
+    if float(v.max() - v.min()) > _tol(v):
+        return False
+    verdicts = set(rows["verdict"].dropna())
+    return verdicts <= {"no loss detectable"}
+
+
+def _noise_line(fam: pd.DataFrame) -> str:
+    """The family's noise floors in one line: per benchmark, the reference generated again at another
+    batch setting against itself."""
+    parts, rung = [], None
+    noise = dv.whole(dv.figures(fam[fam["metric"].isin(qmetrics.in_group("noise"))]))
+    for b, g in noise.groupby("benchmark", sort=True):
+        rung = g["rung"].iloc[0]
+        bits = []
+        for m, what in (("noise_flip_rate", "verdicts flipped"), ("noise_identical_share", "replies identical")):
+            r = g[g["metric"] == m]
+            if not r.empty:
+                r = r.iloc[0]
+                bits.append(f"{esc(vcell(r['value'], r['stderr'], r['unit']))} {what}")
+        n = g["n"].dropna()
+        parts.append(f'<span data-benchmark="{esc(b)}"><b>{esc(b)}</b> {", ".join(bits)}'
+                     + ("" if n.empty else f" (n = {int(n.max())})") + "</span>")
+    if not parts:
+        return ""
+    return (f'<li class="noise">Noise floor (the reference {esc(rung)} generated again at another batch setting): '
+            + "; ".join(parts) + ". A significant loss whose flip rate is not above it reads <i>loss within noise</i>.</li>")
+
+
+def _plan_line(res: dict | None, family: str) -> str:
+    """The items a 2-point loss needs, per benchmark of the family, in one line (quantladder plan)."""
+    if res is None:
+        return ""
+    entries = res["plan"]["entries"]
+    parts, head = [], None
+    for b in res["benchmarks"]:
+        if b["family"] != family:
+            continue
+        head = (f"exact McNemar at α/m = {b['planning_alpha']:.2g}, m = {b['n_comparisons']}, from each rung's "
+                "measured flip rate; the rung that needs the most decides")
+        mine = [e for e in entries if e["family"] == family and e["benchmark"] == b["benchmark"] and e["kv"] == b["kv"]
+                and e.get("hours_at_detect") is not None]
+        cost = (f", ≈ {sum(e['hours_at_detect'] for e in mine):.2g} job-hours for its {len(mine)} points" if mine else "")
+        kv = "" if b["kv"] == "f16" else f" (KV {esc(b['kv'])})"
+        parts.append(f'<span data-benchmark="{esc(b["benchmark"])}"><b>{esc(b["benchmark"])}</b>{kv} '
+                     f'<b>{b["items_needed"]:,} items</b> ({esc(b["items_needed_rung"])}; '
+                     f'{b["items_needed_upper"]:,} at its flip rate\'s 95 % upper bound; {b["items_now"]:,} measured'
+                     f"{cost})</span>")
+    if not parts:
+        return ""
+    return (f'<li class="plan">Items to detect a {DETECT_POINTS:g}-point loss at {100 * res["power"]:g} % power '
+            f"({head}): " + "; ".join(parts) + ".</li>")
+
+
+def answer_family(fam: pd.DataFrame, family: str, plan_res: dict | None) -> str:
+    pts = dv.point_table(fam)
+    ref = pts[pts["is_reference"].astype(bool)]
+    ref_rung = ref["rung"].iloc[0] if not ref.empty else None
+    cols = _answer_columns(fam)
+    shown, constant = [], []
+    for b, label, rows in cols:
+        (constant if _is_constant_column(rows) else shown).append((b, label, rows))
+    def col_status(rows) -> str | None:
+        sts = set(rows["status"].fillna("ok"))
+        return next(iter(sts)) if len(sts) == 1 and sts != {"ok"} else None
+
+    def head(label, rows):
+        unit = rows["unit"].dropna().iloc[0] if rows["unit"].notna().any() else None
+        paired = rows["delta"].notna().any()
+        du = "points" if unit == "%" else unit
+        st = col_status(rows)
+        return (f"<small>{esc(rows['benchmark'].iloc[0])}</small><br>{esc(label)}"
+                + (f" <small>({esc(unit)})</small>" if unit and unit not in ("1", "bytes") else "")
+                + (f" {badge(st)}" if st else "") + (f"<br><small>Δ {esc(du)} · verdict</small>" if paired else ""))
+
+    heads = ["rung", "KV", "file <small>(bits per weight)</small>"] + [head(label, rows) for _, label, rows in shown]
+    same_status = {label: col_status(rows) for _, label, rows in shown}
+    body, classes = [], []
+    for _, p in pts.iterrows():
+        cells = [esc(p["rung"]) + (" <small>(reference)</small>" if p["is_reference"] else ""), esc(p["kv"]),
+                 esc(dv.fmt_bytes(p["file_bytes"]))
+                 + ("" if _isnan(p["bits_per_weight"]) else f" <small>({p['bits_per_weight']:.2f})</small>")]
+        worst = "ok"
+        for _, label, rows in shown:
+            r = rows[(rows["rung"] == p["rung"]) & (rows["kv"] == p["kv"])]
+            if r.empty:
+                cells.append("—")
+                continue
+            r = r.iloc[0]
+            worst = qstatus.worst([worst, r["status"]])
+            # the unit is in the column's header (bytes keep theirs: KiB/MiB/GiB)
+            cell = f'<span class="v">{vcell(r["value"], r["stderr"], r["unit"] if r["unit"] == "bytes" else None)}</span>'
+            if r["status"] != "ok" and same_status.get(label) != r["status"]:
+                cell += " " + badge(r["status"])
+            if not _isnan(r["delta"]):
+                cell += (f'<br><span class="d" title="{esc(fmt_delta(r["delta"], r["delta_ci_low"], r["delta_ci_high"], r["unit"]))}">'
+                         f'{esc(fmt_delta(r["delta"], r["delta_ci_low"], r["delta_ci_high"], r["unit"], compact=True))}'
+                         f"</span> {verdict_badge(r['verdict'], r['verdict_text'])}")
+            elif not _isnan(r["verdict_text"]) and r["verdict_text"]:
+                cell += f'<br><small class="note" title="{esc(r["verdict_text"])}">not compared</small>'
+            cells.append(cell)
+        body.append(cells)
+        classes.append(f"st-row-{worst}")
+    m = deltas.headline_comparisons(fam).get((fam["card"].iloc[0], family))
+    out = [f'<div class="answer-family" id="answer-{esc(fam["card"].iloc[0])}-{esc(family)}">'
+           f"<h3>{esc(family)}" + (f" <small>against its reference {esc(ref_rung)}"
+                                   + (f"; Holm over its {m} headline comparisons" if m else "") + "</small>"
+                                   if ref_rung else "") + "</h3>"]
+    out.append(table(heads, body, f"table-answer-{family}", classes))
+    lines = [constant_line(rows, f"{b} {label}", _verdict_summary(rows)) for b, label, rows in constant]
+    lines += [x for x in (_noise_line(fam), _plan_line(plan_res, family)) if x]
+    if lines:
+        out.append('<ul class="constants">' + "".join(lines) + "</ul>")
+    out.append("</div>")
+    return "".join(out)
+
+
+def _budget_label(gib: float) -> str:
+    return f"{gib:g} GiB" if gib >= 1 else f"{int(gib * 1024)} MiB"
+
+
+def recommendation_rows(d: pd.DataFrame, card: str) -> tuple[list[list[str]], list[str]]:
+    """The recommendation at the common budgets (equal weights over the task benchmarks), budgets with
+    the same answer merged into one range."""
+    from . import recommend as rec
+
+    answers = []
+    notes: list[str] = []
+    for gib in BUDGETS_GIB:
+        try:
+            r = rec.recommend(d, int(gib * (1 << 30)), ANSWER_CTX, card=card, n_runners_up=0)
+        except rec.RecommendError as e:
+            return [], [str(e)]
+        notes = r.get("notes", [])
+        # budgets merge when the answer and its reason are the same
+        key = (r["best"]["name"], tuple(c["name"] for c in r.get("preferred_over", []))) if r["feasible"] else None
+        answers.append((gib, key, r))
+    merged: list[list] = []
+    for gib, key, r in answers:
+        if merged and merged[-1][1] == key:
+            merged[-1][3] = gib
+        else:
+            merged.append([gib, key, r, gib])
+    rows = []
+    for lo, key, r, hi in merged:
+        span = _budget_label(lo) if lo == hi else f"{_budget_label(lo)} – {_budget_label(hi)}"
+        if key is None:
+            rows.append([esc(span), "nothing fits", "—", "—", esc(r["message"])])
+            continue
+        b = r["best"]
+        why = ""
+        if r.get("preferred_over"):
+            why = esc(r["message"].split("; ", 1)[1])
+        cites = "; ".join(f"{esc(k)}: {esc(fmt_delta(s['delta'], s['delta_ci_low'], s['delta_ci_high'], '%'))} "
+                          f"{verdict_badge(s['verdict'], s['verdict_text'])}"
+                          for k, s in b["scores"].items() if s.get("delta") is not None)
+        rows.append([esc(span), f"<b>{esc(b['name'])}</b>", esc(dv.fmt_value(b["score"], b["score_stderr"], "%")),
+                     esc(dv.fmt_bytes(b["memory_bytes"])), (cites + ("<br>" if cites and why else "") + why) or "—"])
+    return rows, notes
+
+
+def answer_section(d: pd.DataFrame, card: str) -> str:
+    from . import plan as qplan
+
+    try:
+        plan_res = qplan.plan(d, detect=DETECT_POINTS, card=card)
+    except qplan.PlanError:
+        plan_res = None
+    out = [f'<section class="answer" id="answer-{esc(card)}">',
+           '<p class="how">Per family and rung: each headline figure ± its standard error; Δ, the rung minus the '
+           "family's reference on the same items (or tokens), with its 95 % interval; the verdict of the exact paired "
+           "test (McNemar / sign-flip) after Holm's correction over the family's headline comparisons on this card "
+           "(α = 0.05; docs/statistics.md). Per-token figures (perplexity, KLD) use their per-token standard error. "
+           "Hover a verdict for its words.</p>"]
+    for fam in sorted(d["family"].dropna().unique()):
+        out.append(answer_family(d[d["family"] == fam], fam, plan_res))
+    rows, notes = recommendation_rows(d, card)
+    out.append(f'<h3 id="recommend-{esc(card)}">Which point to run, at a few memory budgets '
+               f"<small>(context {ANSWER_CTX} tokens; equal weights over the task benchmarks; "
+               f"<code>quantladder recommend</code> for any other)</small></h3>")
+    if rows:
+        out.append(table(["memory budget", "run", "score", "predicted memory", "its paired deltas · why"], rows,
+                         f"table-recommend-{card}"))
+    out += [f'<p class="note">{esc(n)}</p>' for n in notes]
+    out.append("</section>")
     return "".join(out)
 
 
@@ -664,7 +1010,18 @@ table[id^=table-anchors] td:last-child,table[id^=table-manifest] td:nth-child(6)
 tr.st-row-unanchored td{background:#fffdf5}tr.st-row-incomplete td{background:#fff8e6}
 tr.st-row-blocked td,tr.st-row-failed td{background:#fff0f0}tr.loops td{font-weight:600}
 .note{color:#555;font-style:italic}.warn{background:#fff4d6;border:1px solid #e8c66a;padding:8px;border-radius:6px}
-nav ul{columns:3;font-size:.9rem}details{margin:6px 0}summary{cursor:pointer;color:#234}
+nav ul{display:flex;flex-wrap:wrap;gap:2px 14px;list-style:none;padding:0;margin:4px 0;font-size:.78rem}
+details{margin:6px 0}summary{cursor:pointer;color:#234}h1{margin:8px 0 2px}.meta{margin:2px 0;font-size:.85rem}
+section.card>h2{margin-top:10px}
+details.plots>summary h2,details>summary h2{display:inline}
+section.answer{border:2px solid #234;border-radius:8px;padding:2px 12px 8px;margin:8px 0}
+section.answer h3{margin:10px 0 4px}.answer table{font-size:.76rem}.answer td{white-space:normal}
+.answer th{white-space:normal;font-weight:600}.answer .v,.answer .d{white-space:nowrap}
+.answer .d{color:#333;font-size:.72rem}.how{font-size:.78rem;color:#444;margin:4px 0}
+ul.constants,ul.noise,ul.plan{font-size:.8rem;margin:4px 0;padding-left:1.2em}
+.verdict{display:inline-block;white-space:nowrap;padding:0 5px;border-radius:6px;font-size:.7rem;font-weight:600;border:1px solid}
+.v-loss{background:#fde4e4;color:#a11}.v-gain{background:#e7f6e7;color:#1d6b1d}.v-none{background:#f1f1f1;color:#444}
+.v-noise{background:#fff4d6;color:#8a5a00}
 """
 
 
@@ -677,42 +1034,55 @@ def _legend_html() -> str:
 
 
 def card_section(F: Figures, df: pd.DataFrame, card: str) -> str:
+    """One card: the answer first (one screen, no plots), then the details, the plot sections folded."""
     d = df[df["card"] == card]
     names = ", ".join(sorted(set(d["card_name"].dropna())))
     pts = dv.point_table(d)
-    out = [f'<section class="card" id="card-{esc(card)}"><h2>Card {esc(card)}</h2>',
-           f"<p>{esc(names) or 'card name not recorded'} · {len(pts)} points · "
+    out = [f'<section class="card" id="card-{esc(card)}"><h2>Card {esc(card)}: the answer</h2>',
+           f"<p class=\"meta\">{esc(names) or 'card name not recorded'} · {len(pts)} points · "
            f"{d['family'].nunique()} families · {d['benchmark'].nunique()} benchmarks · {len(d)} rows</p>"]
     flagged = d[d["status"].isin(("unanchored", "incomplete"))].groupby("status").apply(
         lambda g: g.groupby(dv.POINT).ngroups, include_groups=False) if not d.empty else {}
     if len(flagged):
-        out.append('<p class="warn">' + "; ".join(f"{int(n)} points have {badge(s)} figures" for s, n in flagged.items())
-                   + ": read them with that in mind.</p>")
+        out.append('<p class="warn">' + "; ".join(f"{int(n)} point{'s have' if n != 1 else ' has'} {badge(s)} figures"
+                                                  for s, n in flagged.items()) + ": read them with that in mind.</p>")
+    log.info("report: card %s, the answer", card)
+    out.append(answer_section(d, card))
     out.append(f'<h2 id="anchors-{esc(card)}">Anchor status per benchmark</h2>' + status_section(d))
+    out.append(f'<h2 id="flips-{esc(card)}">Flips against the reference rung, beside the noise floor</h2>'
+               + flips_section(d, card))
     log.info("report: card %s, overview", card)
-    out.append(f'<h2 id="overview-{esc(card)}">Every family: one plot per metric (this card only)</h2>'
-               + _legend_html() + "<p>One line per family and KV-cache type; a figure measured at several "
-               "contexts is shown at the largest.</p>" + overview_section(F, d, card))
-    out.append(f'<h2 id="curves-{esc(card)}">Curves per family (this card only)</h2>'
-               "<p>Every figure of each family, one line per KV-cache type (and per subset or context "
-               "where a figure has several).</p>")
+    out.append(f'<details class="plots" id="overview-{esc(card)}"><summary><h2>Every family: one plot per headline '
+               "figure (this card only)</h2></summary>" + _legend_html() + "<p>One line per family and KV-cache type; "
+               "a figure measured at several contexts is shown at the largest. Figures that do not vary along the "
+               "ladder are one line below the plots.</p>" + overview_section(F, d, card) + "</details>")
+    fams = []
     for fam in sorted(d["family"].dropna().unique()):
         log.info("report: card %s, family %s", card, fam)
-        out.append(family_section(F, d, fam))
+        fams.append(family_section(F, d, fam))
+    out.append(f'<details class="plots" id="curves-{esc(card)}"><summary><h2>Curves per family (this card only)</h2>'
+               "</summary><p>Each benchmark's headline figures, one line per KV-cache type (and per subset or "
+               "context where a figure has several); a figure that does not vary along the ladder is one line; "
+               "every figure, with its paired Δ and verdict, is in the benchmark's table.</p>" + "".join(fams)
+               + "</details>")
     log.info("report: card %s, Pareto fronts", card)
-    out.append(f'<h2 id="pareto-{esc(card)}">Pareto fronts across families</h2>'
-               "<p>Each quality figure against a cost; the dotted step is the front (points no other point beats "
-               "on both). Perplexity figures are relative to each family's own reference: compare families on task "
-               "benchmarks.</p>" + pareto_section(F, d, card))
+    out.append(f'<details class="plots" id="pareto-{esc(card)}"><summary><h2>Pareto fronts across families</h2>'
+               "</summary><p>Each paired quality figure against a cost; the dotted step is the front (points no other "
+               "point beats on both). Perplexity figures are relative to each family's own reference: compare "
+               "families on task benchmarks.</p>" + pareto_section(F, d, card) + "</details>")
     out.append(f'<h2 id="degenerate-{esc(card)}">Degenerate repetition loops</h2>' + degenerate_section(d, card))
-    out.append(f'<h2 id="flips-{esc(card)}">Flips against the reference rung</h2>' + flips_section(d, card))
-    out.append(f'<h2 id="manifest-{esc(card)}">Manifests (per point and benchmark)</h2>' + manifest_section(d, card))
+    out.append(f'<details id="manifest-{esc(card)}"><summary><h2>Manifests (per point and benchmark)</h2></summary>'
+               + manifest_section(d, card) + "</details>")
     out.append("</section>")
     return "".join(out)
 
 
 def render(df: pd.DataFrame, card: str | None = None, source: str = "points.parquet") -> str:
-    """The report's HTML for ``card`` (None: every card in the dataset, one section each)."""
+    """The report's HTML for ``card`` (None: every card in the dataset, one section each).
+
+    Each card opens with the answer (the family tables of headline figures with their paired deltas,
+    intervals and verdicts, the noise floor, the items a 2-point loss needs, the recommendation at common
+    budgets), then the tables, then the plots, folded."""
     cards = sorted(df["card"].dropna().unique())
     if card is not None and card not in cards:
         raise DataError(f"card {card!r} is not in the dataset (cards: {cards})")
@@ -721,16 +1091,18 @@ def render(df: pd.DataFrame, card: str | None = None, source: str = "points.parq
     title = f"quantladder report: {', '.join(shown)}"
     toc = []
     for c in shown:
-        toc += [f'<li><a href="#anchors-{esc(c)}">{esc(c)}: anchor status</a></li>',
-                f'<li><a href="#overview-{esc(c)}">{esc(c)}: every family, one plot per metric</a></li>',
+        toc += [f'<li><a href="#answer-{esc(c)}">{esc(c)}: the answer</a></li>',
+                f'<li><a href="#recommend-{esc(c)}">{esc(c)}: which point to run</a></li>',
+                f'<li><a href="#anchors-{esc(c)}">{esc(c)}: anchor status</a></li>',
+                f'<li><a href="#flips-{esc(c)}">{esc(c)}: flips and the noise floor</a></li>',
+                f'<li><a href="#overview-{esc(c)}">{esc(c)}: every family, one plot per headline</a></li>',
                 f'<li><a href="#curves-{esc(c)}">{esc(c)}: curves per family</a></li>',
                 f'<li><a href="#pareto-{esc(c)}">{esc(c)}: Pareto fronts</a></li>',
                 f'<li><a href="#degenerate-{esc(c)}">{esc(c)}: degenerate loops</a></li>',
-                f'<li><a href="#flips-{esc(c)}">{esc(c)}: flips</a></li>',
                 f'<li><a href="#manifest-{esc(c)}">{esc(c)}: manifests</a></li>']
     body = [f"<h1>{esc(title)}</h1>",
-            f"<p>Built from <code>{esc(source)}</code> alone ({len(df)} rows). Every figure carries its unit; "
-            "± is one standard error.</p>"]
+            f'<p class="meta">Built from <code>{esc(source)}</code> alone ({len(df)} rows). Every figure carries its '
+            "unit; ± is one standard error; every Δ carries its 95 % interval.</p>"]
     if len(cards) > 1:
         toc.append('<li><a href="#crosscard">cross-card view</a></li>')
     body.append("<nav><ul>" + "".join(toc) + "</ul></nav>")

@@ -27,6 +27,10 @@ Early stopping::
 
     t = stats.SequentialPairedTest(alpha=0.05, margin=2.0)
     t.update(ref_wave, rung_wave); t.decide().state   # continue | loss | gain | no_loss_beyond_margin | undecided
+
+A figure that is a paired difference already (perplexity/KLD rows: the pass measured both on the same tokens)::
+
+    v = stats.figure_verdict(stats.figure_delta(0.012, 0.001, 4096, unit="nats", higher_is_better=False))
 """
 
 from .multiplicity import METHODS as CORRECTIONS
@@ -37,7 +41,8 @@ from .power import (connor_items, connor_power, exact_power, exact_power_for_los
                     smallest_detectable_loss)
 from .sequential import SequentialDecision, SequentialPairedTest
 from .tokens import TokenMean, block_bootstrap, ppl_ratio, token_delta, token_mean
-from .verdict import GAIN, LOSS, NONE, NoiseFloor, Verdict, ladder, noise_floor, verdict
+from .verdict import (GAIN, LOSS, NONE, FigureDelta, FigureVerdict, NoiseFloor, Verdict, figure_delta, figure_verdict,
+                      ladder, noise_floor, verdict)
 
 __all__ = [
     "CORRECTIONS", "adjust", "benjamini_hochberg", "holm", "planning_alpha",
@@ -47,5 +52,6 @@ __all__ = [
     "smallest_detectable_loss",
     "SequentialDecision", "SequentialPairedTest",
     "TokenMean", "block_bootstrap", "ppl_ratio", "token_delta", "token_mean",
-    "GAIN", "LOSS", "NONE", "NoiseFloor", "Verdict", "ladder", "noise_floor", "verdict",
+    "GAIN", "LOSS", "NONE", "FigureDelta", "FigureVerdict", "NoiseFloor", "Verdict", "figure_delta", "figure_verdict",
+    "ladder", "noise_floor", "verdict",
 ]

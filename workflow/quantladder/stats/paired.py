@@ -401,7 +401,14 @@ def paired_delta(pairs: Pairs, *, weights: Mapping[str, float] | np.ndarray | No
     W = w.sum()
     est = float((w * d).sum() / W)
     se, df, how = _weighted_se(d, w, pairs.subsets if stratify else None)
-    if math.isfinite(se) and df > 0:
+    n_eff = float(W * W / (w * w).sum())
+    if n_loss == n_gain == 0:
+        # No item differs: a t interval would have width 0. Tango's interval for 0 discordant items at
+        # the (effective) n stands in: binary items are the most variable bounded scores of a given mean.
+        lo, hi = tango_interval(0, 0, max(1, int(round(n_eff))), level)
+        notes.append(f"no item differs: the interval is Tango's for 0 discordant items at n = {int(round(n_eff))}")
+        df = max(df, 1)
+    elif math.isfinite(se) and df > 0:
         q = sps.t.ppf(0.5 + level / 2.0, df)
         lo, hi = max(-1.0, est - q * se), min(1.0, est + q * se)
     else:
@@ -413,7 +420,7 @@ def paired_delta(pairs: Pairs, *, weights: Mapping[str, float] | np.ndarray | No
     return PairedDelta(kind=kind, reference_pct=100 * float((w * x).sum() / W), rung_pct=100 * float((w * y).sum() / W),
                        estimate=100 * est, stderr=100 * se, ci_low=100 * lo, ci_high=100 * hi, p_value=p,
                        interval=iname, test=f"sign-flip permutation, {how_p}",
-                       n_eff=None if kind == "score" else float(W * W / (w * w).sum()), notes=tuple(notes), **base)
+                       n_eff=None if kind == "score" else n_eff, notes=tuple(notes), **base)
 
 
 def compare(reference: Sequence[Mapping], rung: Sequence[Mapping], *, weights="none", kind: str = "auto",

@@ -166,3 +166,109 @@ def ladder(deltas: Mapping[Hashable, PairedDelta], *, correction: str = "holm", 
         out[k] = verdict(deltas[k], p_adjusted=float(p), correction=correction, n_comparisons=len(keys), alpha=alpha,
                          power_target=power_target, noise=nf)
     return out
+
+
+# ------------------------------------------------------------------------------------------ per-token figures
+
+@dataclass(frozen=True)
+class FigureDelta:
+    """A paired difference given as a figure and its standard error (perplexity/KLD: the pass measures
+    rung and reference on the same tokens, so its figure *is* the paired per-token difference).
+
+    The interval is the normal one, estimate ± z·SE, and the test the two-sided z test of 0: with
+    thousands of tokens the mean is normal whatever the per-token distribution. The SE is the one the
+    figure carries (llama-perplexity's ±, which treats tokens as independent: ``stats.tokens`` gives
+    the chunk-level one where the per-token arrays are at hand)."""
+
+    estimate: float  # rung − reference, in ``unit``
+    stderr: float
+    ci_low: float
+    ci_high: float
+    level: float
+    p_value: float
+    n: int  # tokens
+    unit: str
+    higher_is_better: bool
+    interval: str = "normal (estimate ± z·SE)"
+    test: str = "two-sided z test"
+
+    @property
+    def worse(self) -> bool:
+        """The rung's figure moved the bad way (a KLD above 0, a same-top-token share below 100 %)."""
+        return (self.estimate < 0) == bool(self.higher_is_better)
+
+
+def figure_delta(estimate: float, stderr: float | None, n: int, *, unit: str, higher_is_better: bool,
+                 level: float = 0.95) -> FigureDelta:
+    from scipy import stats as sps
+
+    se = float(stderr) if stderr is not None and math.isfinite(stderr) else float("nan")
+    z = float(sps.norm.ppf(0.5 + level / 2))
+    if not math.isfinite(se):
+        lo = hi = p = float("nan")
+    elif se == 0.0:
+        lo = hi = float(estimate)
+        p = 1.0 if estimate == 0 else 0.0
+    else:
+        lo, hi = estimate - z * se, estimate + z * se
+        p = float(2 * sps.norm.sf(abs(estimate) / se))
+    return FigureDelta(float(estimate), se, lo, hi, level, p, int(n), unit, bool(higher_is_better))
+
+
+@dataclass(frozen=True)
+class FigureVerdict:
+    """The verdict of a per-token figure (same words and dataset columns as ``Verdict``)."""
+
+    verdict: str
+    delta: FigureDelta
+    p_adjusted: float
+    correction: str
+    n_comparisons: int
+    alpha: float
+    power: float
+    mde: float | None  # in the figure's unit
+    text: str
+    within_noise: bool | None = None
+
+    @property
+    def label(self) -> str:
+        return self.verdict
+
+    def columns(self) -> dict:
+        d = self.delta
+        return {"delta": d.estimate, "delta_stderr": d.stderr, "delta_ci_low": d.ci_low, "delta_ci_high": d.ci_high,
+                "delta_p": d.p_value, "delta_p_adjusted": self.p_adjusted, "delta_mde": self.mde,
+                "verdict": self.label, "verdict_text": self.text}
+
+
+def _g(x: float) -> str:
+    """A small figure in 3 significant digits, signed."""
+    return "0" if x == 0 else f"{x:+.3g}"
+
+
+def figure_verdict(delta: FigureDelta, *, p_adjusted: float | None = None, correction: str = "none",
+                   n_comparisons: int = 1, alpha: float = 0.05, power_target: float = 0.8) -> FigureVerdict:
+    """Loss / gain / no loss detectable for a per-token figure, in the figure's unit."""
+    p_adj = delta.p_value if p_adjusted is None else p_adjusted
+    plan_alpha = multiplicity.planning_alpha(alpha, n_comparisons, correction)
+    mde = (power.normal_detectable(delta.stderr, alpha=plan_alpha, power=power_target)
+           if math.isfinite(delta.stderr) and delta.stderr > 0 else None)
+    significant = math.isfinite(p_adj) and p_adj <= alpha and delta.estimate != 0
+    kind = (LOSS if delta.worse else GAIN) if significant else NONE
+    u = "" if delta.unit in ("1", "") else (" points" if delta.unit == "%" else f" {delta.unit}")
+    lvl = f"{100 * delta.level:g} %"
+    ci = f"{lvl} CI {_g(delta.ci_low)}…{_g(delta.ci_high)}" if math.isfinite(delta.ci_low) else "no interval"
+    corr = "" if correction == "none" or n_comparisons <= 1 else f", {correction.upper() if correction == 'bh' else correction.capitalize()} over {n_comparisons}"
+    how = "per-token standard error, tokens taken as independent"
+    if kind == NONE:
+        tail = ("no standard error: nothing is detectable" if mde is None else
+                f"smallest detectable change at {100 * power_target:g} % power: {mde:.3g}{u}")
+        text = (f"no loss detectable at n = {delta.n} tokens ({_g(delta.estimate)}{u}, {ci}, adjusted p "
+                f"{_p(p_adj) if math.isfinite(p_adj) else 'not computable'}{corr}; {tail}; {how})")
+    else:
+        size = (f"{abs(delta.estimate):.2f} ± {delta.stderr:.2f}" if delta.unit == "%" else
+                f"{abs(delta.estimate):.3g} ± {delta.stderr:.2g}")
+        text = (f"{kind} of {size}{u} ({ci}), significant (adjusted p "
+                f"{_p(p_adj)}{corr}; n = {delta.n} tokens; {how})")
+    return FigureVerdict(verdict=kind, delta=delta, p_adjusted=p_adj, correction=correction,
+                         n_comparisons=n_comparisons, alpha=alpha, power=power_target, mde=mde, text=text)
