@@ -107,9 +107,12 @@ def check_semantics(cfg: dict, source: str = "config") -> None:
             raise ConfigError(f"{source}: families.{name}.reference must be F16, BF16 or F32, got {ref!r}")
         for rung in fam.get("rungs", []):
             plan(cfg, name, rung_name(rung), where=source)  # type, recipe, matrix: a ConfigError names the key
-        for rung in fam.get("task_rungs") or []:
+        for rung in fam.get("task_rungs") or []:  # a name of the ladder's kind (not every one need be made)
             if rung_name(rung) not in rungs(cfg, name):
-                raise ConfigError(f"{source}: families.{name}.task_rungs: {rung!r} is not a rung of the family")
+                try:
+                    plan(cfg, name, rung_name(rung), where=source)
+                except ConfigError as e:
+                    raise ConfigError(f"{source}: families.{name}.task_rungs: {rung!r} names no rung ({e})") from e
         for pre in fam.get("prebuilt", {}):
             if pre in fam.get("rungs", []):
                 raise ConfigError(f"{source}: families.{name}: {pre!r} is both a made and a prebuilt rung")
