@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""Batched generation: quantladder's aggregate decode tokens/s beside llama-batched-bench's S_TG,
+and the default plan's generation wall time batched vs one sequence at a time.
+
+``tg`` (the default): for each number of sequences B in ``--npl``, both sides decode B prompts of
+``--npp`` random tokens and then generate ``--ntg`` tokens per sequence, all B together:
+
+- llama-batched-bench (built from the llama.cpp that llama-cpp-python vendors, like the other
+  parity scripts) with ``-npl B -npp P -ntg T``, split KV streams (its default, as the engine's),
+  ``-c B × per-sequence context`` so each stream has the engine's ``padded(P + T)`` cells, the same
+  threads, batch, micro-batch, flash-attention and GPU-layer settings. S_TG = B·T / t_TG.
+- quantladder: ``Engine.run`` with B drivers on an engine of ``n_parallel = B`` and per-sequence
+  context ``P + T``, greedy, budget T. Its generation phase starts after the last prompt is decoded
+  (the engine decodes each prompt alone, then one token of every sequence per ``llama_decode``);
+  S_TG = tokens generated in that phase / its wall time, Python's sampling and bookkeeping included.
+
+Both sides run in interleaved rounds (the side that goes first alternates) and every round is a
+sample: tokens/s mean ± sd over rounds, ratio of the means ± its standard error.
+
+``plan``: the default config's enabled task benchmarks (HumanEval, RULER; BFCL when enabled), their
+items built as the pipeline builds them, generated through the one generation loop on one rung at
+``n_parallel = 1`` and at the n_parallel the pipeline would choose; wall time of each, and the share of
+byte-identical replies between the two (the noise floor's first half; verdict flips need scoring).
+
+    .venv/bin/python benchmarks/gen_throughput.py --rung Q4_K_M --npl 1 4 8 16 --rounds 5
+    .venv/bin/python benchmarks/gen_throughput.py plan --rung Q4_K_M
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from _common import REPO, embedded_ladder, fmt_table, mean_sd, tool
+
+
+def load_note() -> str:
+    la = os.getloadavg()
+    return f"load average {la[0]:.2f} / {la[1]:.2f} / {la[2]:.2f} (1/5/15 min) on {os.cpu_count()} CPUs"
+
+
+# -- llama-batched-bench --------------------------------------------------------------------------
+
+def batched_bench_exe(tools_dir: str | None) -> str:
+    """llama-batched-bench beside the other tools, built from the same configured tree if missing."""
+    d = Path(tools_dir) if tools_dir else REPO / "build" / "llama-tools" / "bin"
+    exe = d / "llama-batched-bench"
+    if not exe.exists():
+        tool("llama-bench", tools_dir)  # makes sure the tree is configured and built
+        build = d.parent
+        r = subprocess.run(["cmake", "--build", str(build), "-j", str(os.cpu_count() or 2),
+                            "--target", "llama-batched-bench"], capture_output=True, text=True)
+        if r.returncode != 0 or not exe.exists():
+            raise SystemExit(f"could not build llama-batched-bench in {build}:\n{r.stderr[-2000:]}")
+    return str(exe)
+
+
+def batched_bench(exe, model, *, pp, tg, pl, n_ctx_seq, threads, fa, n_batch, n_ubatch, gpu_layers) -> dict:
+    cmd = [exe, "-m", str(model), "-c", str(pl * n_ctx_seq), "-b", str(n_batch), "-ub", str(n_ubatch),
+           "-npp", str(pp), "-ntg", str(tg), "-npl", str(pl), "-t", str(threads), "-fa", fa,
+           "-ngl", str(gpu_layers), "--output-format", "jsonl"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"llama-batched-bench failed ({' '.join(cmd)}):\n{r.stderr[-3000:]}")
+    for line in (r.stdout + "\n" + r.stderr).splitlines():
+        line = line.strip()
+        if line.startswith("{") and '"speed_tg"' in line:
+            d = json.loads(line)
+            if d["pl"] == pl:
+                return {"s_tg": d["speed_tg"], "s_pp": d["speed_pp"], "t_tg": d["t_tg"], "n_kv_max": d["n_kv_max"]}
+    raise SystemExit(f"llama-batched-bench printed no result for pl={pl}:\n{r.stdout[-2000:]}")
+
+
+# -- quantladder ----------------------------------------------------------------------------------
+
+def prompts_for(eng, pl: int, pp: int, seed: int) -> list[tuple[int, ...]]:
+    """Random prompts, like llama-batched-bench's (rand() % n_vocab), end-of-generation ids left out."""
+    rng = np.random.default_rng(seed)
+    lc = eng.lc
+    out = []
+    while len(out) < pl:
+        t = rng.integers(0, eng.n_vocab, size=pp)
+        if not any(lc.llama_vocab_is_eog(eng.vocab, int(x)) for x in t):
+            out.append(tuple(int(x) for x in t))
+    return out
+
+
+def ours(model, *, pp, tg, pl, threads, fa, n_batch, gpu_layers, seed) -> dict:
+    from quantladder.engine import Engine, EngineSettings, Request
+
+    s = EngineSettings(n_ctx=pp + tg, n_parallel=pl, n_threads=threads, flash_attn=fa == "on",
+                       n_batch=n_batch, n_gpu_layers=gpu_layers)
+    with Engine(str(model), s) as eng:
+        def one(p):
+            return (yield Request(p, tg))
+
+        warm = prompts_for(eng, 1, 16, seed + 1)
+        eng.run([one(warm[0][:16])], lambda i, g: None)  # warm-up, like llama-batched-bench's
+        # a draw whose greedy replies run the whole budget (a sequence that ends early would leave
+        # the batch smaller than B for the rest of the phase)
+        for attempt in range(8):
+            marks: list[tuple[float, int, int]] = []
+            gens = {}
+            t0 = time.perf_counter()
+            eng.run([one(p) for p in prompts_for(eng, pl, pp, seed + 97 * attempt)], gens.__setitem__,
+                    lambda n_prompt, n_gen: marks.append((time.perf_counter(), n_prompt, n_gen)))
+            if all(g.n_gen_tokens == tg for g in gens.values()):
+                break
+        else:
+            raise SystemExit(f"no draw of {pl} random prompts ran {tg} tokens without an end-of-generation token")
+        last_pp = max(i for i, m in enumerate(marks) if m[1] > 0)
+        t_pp_end = marks[last_pp][0]
+        tg_marks = marks[last_pp + 1:]
+        n_tg = sum(m[2] for m in tg_marks)
+        t_tg = tg_marks[-1][0] - t_pp_end
+        return {"s_tg": n_tg / t_tg, "s_pp": pl * pp / (t_pp_end - t0), "t_tg": t_tg, "n_tg": n_tg,
+                "gen_steps": eng.last_run["gen_steps"], "resolved": eng.resolved}
+
+
+def run_tg(a) -> None:
+    from quantladder.engine import padded_ctx
+
+    exe = batched_bench_exe(a.tools_dir)
+    files = {Path(m).stem: Path(m) for m in a.models} if a.models else {
+        a.rung: embedded_ladder([a.rung], Path(a.workdir) / "models")[a.rung]}
+    n_ctx_seq = padded_ctx(a.npp + a.ntg)
+    print(f"# {load_note()} at the start", flush=True)
+    rows, raw = [], {}
+    for name, path in files.items():
+        for pl in a.npl:
+            lb, ql, lpp, qpp = [], [], [], []
+            for rnd in range(a.rounds):
+                order = ("lb", "ql") if rnd % 2 == 0 else ("ql", "lb")
+                for side in order:
+                    if side == "lb":
+                        r = batched_bench(exe, path, pp=a.npp, tg=a.ntg, pl=pl, n_ctx_seq=n_ctx_seq,
+                                          threads=a.threads, fa=a.flash_attn, n_batch=a.n_batch,
+                                          n_ubatch=min(a.n_batch, 512), gpu_layers=a.gpu_layers)
+                        lb.append(r["s_tg"])
+                        lpp.append(r["s_pp"])
+                    else:
+                        r = ours(path, pp=a.npp, tg=a.ntg, pl=pl, threads=a.threads, fa=a.flash_attn,
+                                 n_batch=a.n_batch, gpu_layers=a.gpu_layers, seed=a.seed + rnd)
+                        ql.append(r["s_tg"])
+                        qpp.append(r["s_pp"])
+                print(f"  {name} B={pl} round {rnd + 1}: quantladder {ql[-1]:.1f}, llama-batched-bench "
+                      f"{lb[-1]:.1f} tokens/s", flush=True)
+            qm, qs, qn = mean_sd(ql)
+            lm, ls, ln = mean_sd(lb)
+            ratio = qm / lm
+            # ratio of the means, ± from the two standard errors (first-order propagation)
+            se = ratio * np.sqrt((qs / qm) ** 2 / qn + (ls / lm) ** 2 / ln) if qn > 1 and ln > 1 else float("nan")
+            rows.append([name, pl, f"{qm:.1f} ± {qs:.1f}", f"{lm:.1f} ± {ls:.1f}", f"{ratio:.3f} ± {se:.3f}",
+                         f"{mean_sd(qpp)[0]:.0f}", f"{mean_sd(lpp)[0]:.0f}"])
+            raw[f"{name}/B{pl}"] = {"quantladder_s_tg": ql, "llama_batched_bench_s_tg": lb,
+                                    "quantladder_s_pp": qpp, "llama_batched_bench_s_pp": lpp}
+    print(f"\n# {load_note()} at the end")
+    print(f"# npp {a.npp}, ntg {a.ntg}, per-sequence context {n_ctx_seq} cells, threads {a.threads}, "
+          f"flash attention {a.flash_attn}, n_batch {a.n_batch}, gpu layers {a.gpu_layers}, {a.rounds} interleaved "
+          "rounds (S_TG tokens/s: mean ± sd over rounds; ratio of the means ± its standard error; S_PP: mean, "
+          "prompts decoded one by one on our side, all together on llama-batched-bench's)")
+    print(fmt_table(["model", "B", "quantladder S_TG", "llama-batched-bench S_TG", "ratio", "ours S_PP",
+                     "llama S_PP"], rows))
+    if a.json:
+        Path(a.json).write_text(json.dumps(raw, indent=1))
+
+
+# -- the default plan -----------------------------------------------------------------------------
+
+def run_plan(a) -> None:
+    from quantladder import config as qconfig
+    from quantladder import generation
+    from quantladder.benchmarks import create
+    from quantladder.engine import Engine, EngineSettings
+    from quantladder.gguf_meta import read_info
+
+    cfg = qconfig.load(a.config)
+    ladder = embedded_ladder([a.rung], Path(a.workdir) / "models")
+    model = ladder[a.rung]
+    info = read_info(model)
+    family = next(iter(cfg["families"].values()))
+    print(f"# {load_note()} at the start", flush=True)
+    rows = []
+    for name, section in cfg["benchmarks"].items():
+        if not section.get("enabled") or (a.benchmarks and name not in a.benchmarks):
+            continue
+        bench = create(name, section)
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                source = bench.fetch_source(os.path.join(tmp, "source"))
+                items, _ = bench.build_items(source, reference_gguf=str(ladder["F16"]), family=family,
+                                             threads=a.threads)
+            except Exception as e:  # a benchmark whose data is not here: say so, go on
+                print(f"# {name}: skipped ({type(e).__name__}: {e})")
+                continue
+            if a.limit:
+                items = items[:a.limit]
+            policy = generation.policy_of(cfg, name)
+            n_auto = generation.resolve_n_parallel(policy, info, max(bench.n_ctx(it) for it in items), "f16")
+            env = bench.open_env(source, "generate")
+            out = {}
+            for n_par in ((1, n_auto) if a.first == "single" else (n_auto, 1)):
+                store = Path(tmp) / f"store-{n_par}"
+                store.mkdir()
+                loop = generation.Loop(
+                    bench, items, key=f"plan-{n_par}", store_dir=store, n_parallel=n_par,
+                    wave_factor=int(policy.get("wave_factor", generation.DEFAULT_WAVE_FACTOR)),
+                    engine_for=lambda n_ctx, n_par=n_par: Engine(str(model), EngineSettings(
+                        n_ctx=n_ctx, n_parallel=n_par, n_threads=a.threads)),
+                    label=f"{name} n_parallel={n_par}", env=env)
+                t0 = time.perf_counter()
+                res = loop.run()
+                out[n_par] = (time.perf_counter() - t0, {r["item_id"]: r for r in res.records})
+                print(f"  {name} n_parallel={n_par}: {out[n_par][0]:.1f} s, "
+                      f"{sum(int(r.get('n_gen_tokens') or 0) for r in res.records)} tokens", flush=True)
+        (t1, r1), (tn, rn) = out[1], out[n_auto]
+        same = sum(1 for k in r1 if k in rn and r1[k]["text"] == rn[k]["text"])
+        rows.append([name, len(items), n_auto, f"{t1:.1f}", f"{tn:.1f}", f"{t1 / tn:.2f}×",
+                     f"{same}/{len(r1)} ({100 * same / max(1, len(r1)):.0f} %)"])
+    print(f"\n# {load_note()} at the end")
+    print(f"# rung {a.rung} of the embedded SmolLM2-135M ladder, threads {a.threads}, flash attention off, "
+          "each side run once (wall time of the generation loop, model loads included)")
+    print(fmt_table(["benchmark", "items", "n_parallel (auto)", "n_parallel=1 s", "batched s", "speed-up",
+                     "byte-identical replies"], rows))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", nargs="?", choices=["tg", "plan"], default="tg")
+    ap.add_argument("--rung", default="Q4_K_M")
+    ap.add_argument("--models", nargs="*", help="GGUF files instead of the embedded ladder's rung")
+    ap.add_argument("--npl", nargs="+", type=int, default=[1, 4, 8, 16])
+    ap.add_argument("--npp", type=int, default=128)
+    ap.add_argument("--ntg", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--n-batch", type=int, default=512)
+    ap.add_argument("--gpu-layers", type=int, default=0)
+    ap.add_argument("--flash-attn", choices=["on", "off"], default="off")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tools-dir")
+    ap.add_argument("--workdir", default=str(REPO / "build" / "parity"))
+    ap.add_argument("--json", help="write every round's figures here")
+    ap.add_argument("--config", default=str(REPO / "config" / "config.yaml"), help="plan: the config whose plan runs")
+    ap.add_argument("--benchmarks", nargs="*", help="plan: only these benchmarks")
+    ap.add_argument("--limit", type=int, help="plan: the first N items of each benchmark")
+    ap.add_argument("--first", choices=["single", "batched"], default="single", help="plan: which side runs first")
+    a = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)
+    (run_plan if a.what == "plan" else run_tg)(a)
+
+
+if __name__ == "__main__":
+    main()
