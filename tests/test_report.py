@@ -412,3 +412,15 @@ def test_sparse_dataset_still_reports(fixture_dataset, tmp_path):
         b.open(tmp_path / "r.html")
         assert b.console() == []
         assert b.js("return document.querySelectorAll('figure[data-kind=curve][data-family=big]').length") > 5
+
+
+def test_statistics_doc_pandas_example_runs(fixture_dataset, capsys):
+    """docs/statistics.md's example reads the verdicts and the items needed from the dataset alone."""
+    from pathlib import Path
+
+    doc = Path(__file__).resolve().parents[1] / "docs" / "statistics.md"
+    code = re.search(r"```python\n(.*?)```", doc.read_text(), re.S).group(1)
+    exec(compile(code.replace("results/cpu-test/points.parquet", str(fixture_dataset)), str(doc), "exec"), {})
+    out = capsys.readouterr().out
+    assert "loss within noise" in out and "no loss detectable" in out and "items_needed" not in out
+    assert "1749.0" in out  # big/Q4_K_M's bfcl: a 2-point loss at 5 % flips, Holm over 12

@@ -242,6 +242,13 @@ def fill(rows: list[dict], points: list, reference_of) -> list[dict]:
                   r.get("n_ctx"))] = r
     noise = noise_floors(points)
     benches: dict[str, object] = {}
+    read: dict[int, list | None] = {}
+
+    def verdicts_of(q):  # each point's verdicts.jsonl read once, however many of its rows are compared
+        if id(q) not in read:
+            read[id(q)] = q.verdicts()
+        return read[id(q)]
+
     deltas: dict[tuple, dict] = defaultdict(dict)  # (card, family, family kind [, benchmark]) -> row id -> delta
     row_of: dict[int, dict] = {}
     noise_of: dict[int, stats.NoiseFloor] = {}
@@ -265,7 +272,7 @@ def fill(rows: list[dict], points: list, reference_of) -> list[dict]:
         else:
             ref_row = value_of.get((ref.point.get("card"), ref.point.get("family"), ref.point.get("rung"),
                                     ref.point.get("kv"), r["benchmark"], r["metric"], r.get("subset"), r.get("n_ctx")))
-            rv, pv = ref.verdicts(), p.verdicts()
+            rv, pv = verdicts_of(ref), verdicts_of(p)
             if ref_row is None or _nan(ref_row.get("value")):
                 d = "the reference point has no such figure"
             elif rv is None or pv is None:
