@@ -375,15 +375,15 @@ def test_tokens_and_chat_prompt_match_llama_cpp_python(smollm_q8):
 _KV_SIZE = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)/(\d+) seqs\)")
 
 
-@pytest.mark.parametrize("n_ctx,n_parallel,kv", [(300, 1, "f16"), (300, 3, "f16"), (1024, 2, "q8_0"),
-                                                   (512, 4, "q8_0-q4_0")])
-def test_kv_cache_bytes_is_what_llama_cpp_allocates(smollm_q8, n_ctx, n_parallel, kv):
+@pytest.mark.parametrize("n_ctx,n_parallel,kv,share", [(300, 1, "f16", False), (300, 3, "f16", False),
+                                                         (1024, 2, "q8_0", True), (512, 4, "q8_0-q4_0", False)])
+def test_kv_cache_bytes_is_what_llama_cpp_allocates(smollm_q8, n_ctx, n_parallel, kv, share):
     from quantladder.measures.memory import LlamaLog
 
     info = read_info(smollm_q8)
     with LlamaLog() as lg:
-        eng = Engine(str(smollm_q8), EngineSettings(n_ctx=n_ctx, n_parallel=n_parallel, kv=kv, n_threads=1),
-                     verbose=True)
+        eng = Engine(str(smollm_q8), EngineSettings(n_ctx=n_ctx, n_parallel=n_parallel, kv=kv, n_threads=1,
+                                                    share_prefix=share), verbose=True)
     try:
         assert eng.resolved["n_ctx_seq"] == padded_ctx(n_ctx) >= n_ctx
         assert eng.n_ctx == n_ctx and eng.n_parallel == n_parallel
@@ -392,8 +392,8 @@ def test_kv_cache_bytes_is_what_llama_cpp_allocates(smollm_q8, n_ctx, n_parallel
     m = _KV_SIZE.search("".join(lg.lines))
     assert m, "llama.cpp did not log its KV-cache size"
     mib, cells, layers, seqs = float(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(5))
-    assert (cells, layers, seqs) == (padded_ctx(n_ctx), info.n_layer, n_parallel)
-    assert abs(kv_cache_bytes(info, n_ctx, n_parallel, kv) / 2 ** 20 - mib) <= 0.005  # llama.cpp prints 2 decimals
+    assert (cells, layers, seqs) == (padded_ctx(n_ctx), info.n_layer, n_parallel + share)
+    assert abs(kv_cache_bytes(info, n_ctx, n_parallel, kv, share) / 2 ** 20 - mib) <= 0.005  # printed to 2 decimals
 
 
 def test_default_n_parallel_reads_only_the_architecture(smollm_q8, smollm_q4km):
@@ -409,3 +409,41 @@ def test_default_n_parallel_reads_only_the_architecture(smollm_q8, smollm_q4km):
     assert [default_n_parallel(a, 4096, k * per_seq) for k in (1, 3, 8, 100)] == [1, 2, 8, 16]
     # a longer context gets fewer sequences for the same budget
     assert default_n_parallel(a, 32768, 8 * per_seq) == 1 < default_n_parallel(a, 4096, 8 * per_seq)
+
+
+# -- an explicit shared prefix ----------------------------------------------------------------
+
+def test_a_shared_prefix_is_decoded_once_and_changes_no_reply(smollm_q4km, requests_q4):
+    """Requests that declare the chat template's system turn as their prefix: with share_prefix the
+    prefix is decoded once into its own stream and copied to each sequence; the replies are those
+    of the same requests decoded without sharing, byte for byte, at any n_parallel."""
+    prompts = [r.prompt for r in requests_q4[:6]]
+    common = next(i for i in range(min(map(len, prompts))) if len({p[i] for p in prompts}) > 1)
+    assert common > 20  # the system turn every chat prompt starts with
+    reqs = [Request(r.prompt, r.max_tokens, prefix=common) for r in requests_q4[:6]]
+    runs = {}
+    for share in (False, True):
+        for n_par in (1, 3):
+            with Engine(str(smollm_q4km), _settings(n_parallel=n_par, share_prefix=share)) as eng:
+                runs[share, n_par] = _wave(eng, reqs)
+                stats = dict(eng.last_run)
+                if share:
+                    assert stats["prefix_decodes"] == 1 and stats["prefix_copies"] == len(reqs)
+                    again = _wave(eng, reqs[:2])  # the prefix stream outlives a run: no decode now
+                    assert eng.last_run["prefix_decodes"] == 0
+                    assert all(_same(x, y) for x, y in zip(again, runs[share, n_par][:2]))
+                else:
+                    assert stats["prefix_decodes"] == stats["prefix_copies"] == 0
+                assert _memory_empty(eng)
+    for n_par in (1, 3):
+        assert all(_same(x, y) for x, y in zip(runs[False, n_par], runs[True, n_par]))
+    with Engine(str(smollm_q4km), _settings()) as eng:  # another prefix replaces the held one
+        eng_share = Engine(str(smollm_q4km), _settings(share_prefix=True))
+        try:
+            a = eng_share.generate(list(reqs[0].prompt), 8)
+            b = _wave(eng_share, [Request(reqs[1].prompt, 8, prefix=common - 3)])[0]
+            assert eng_share.last_run["prefix_decodes"] == 1
+            assert _same(b, _wave(eng, [Request(reqs[1].prompt, 8, prefix=common - 3)])[0])
+            assert _same(a, eng.generate(list(reqs[0].prompt), 8))
+        finally:
+            eng_share.close()

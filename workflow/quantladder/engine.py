@@ -69,8 +69,9 @@ def padded_ctx(n_ctx: int) -> int:
     return -(-int(n_ctx) // CTX_PAD) * CTX_PAD
 
 
-def kv_cache_bytes(info, n_ctx: int, n_parallel: int = 1, kv: str = "f16") -> int:
-    """The KV-cache bytes the engine's context allocates: ``n_parallel`` streams of
+def kv_cache_bytes(info, n_ctx: int, n_parallel: int = 1, kv: str = "f16", share_prefix: bool = False) -> int:
+    """The KV-cache bytes the engine's context allocates: ``n_parallel`` streams (one more with
+    ``share_prefix``) of
     ``padded_ctx(n_ctx)`` cells, each cell ``layers × kv_heads × (k_dim·bytes_k + v_dim·bytes_v)``
     (``info`` is a :class:`quantladder.gguf_meta.GGUFInfo`; the memory measure's formula).
 
@@ -79,7 +80,7 @@ def kv_cache_bytes(info, n_ctx: int, n_parallel: int = 1, kv: str = "f16") -> in
     tests/test_engine.py checks it against the size llama.cpp reports when it allocates.
     """
     type_k, type_v = parse_kv(kv)
-    return int(n_parallel) * info.kv_bytes(padded_ctx(n_ctx), type_k, type_v)
+    return (int(n_parallel) + bool(share_prefix)) * info.kv_bytes(padded_ctx(n_ctx), type_k, type_v)
 
 
 def default_n_parallel(info, n_ctx: int, budget_bytes: int, kv: str = "f16",
@@ -103,6 +104,9 @@ class EngineSettings:
     flash_attn: bool | None = None  # None: on exactly when V is quantized (llama.cpp requires it)
     seed: int = 0
     n_parallel: int = 1  # sequences decoded together (continuous batching)
+    # keep one extra stream holding the last Request.prefix decoded, and copy it to the requests
+    # that start with the same tokens (replies are byte-identical either way: see Request.prefix)
+    share_prefix: bool = False
 
     def resolved(self) -> dict:
         k, v = parse_kv(self.kv)
@@ -124,6 +128,10 @@ class Request:
     prompt: tuple[int, ...]  # prompt tokens, BOS already included as the caller wants
     max_tokens: int  # the budget; clipped to the room left in the sequence's context
     stop: tuple[str, ...] = ()  # stop strings: the reply is cut before the first one that appears
+    # The first ``prefix`` prompt tokens are a part other requests share (BFCL's system prompt):
+    # they are decoded as chunks of their own and the rest of the prompt from there, so a reply
+    # depends on ``prefix`` but never on whether the engine shared it (EngineSettings.share_prefix)
+    prefix: int = 0
 
 
 @dataclass
@@ -166,7 +174,7 @@ class _Seq:
     """One request in one slot: where it stands and what it produced."""
 
     __slots__ = ("index", "driver", "prompt", "budget", "stops", "max_stop", "phase", "pos", "tokens",
-                 "buf", "last", "t0", "cut")
+                 "buf", "last", "t0", "cut", "prefix")
 
     def __init__(self, index, driver, prompt, budget, stops, t0):
         self.index, self.driver, self.prompt, self.budget, self.t0 = index, driver, prompt, budget, t0
@@ -178,6 +186,7 @@ class _Seq:
         self.buf = bytearray()  # the reply's bytes, pieces appended as produced
         self.last = -1  # the last generated token, to be decoded next
         self.cut = -1  # where a stop string begins in buf
+        self.prefix = 0  # leading prompt tokens decoded as chunks of their own (Request.prefix)
 
 
 class Engine:
@@ -192,6 +201,7 @@ class Engine:
         self.settings = settings or EngineSettings()
         r = self.settings.resolved()
         n_par = int(r["n_parallel"])
+        n_streams = n_par + bool(r["share_prefix"])  # the last stream holds the shared prefix
         n_batch = max(min(int(r["n_batch"]), padded_ctx(r["n_ctx"])), n_par)
         n_ubatch = min(n_batch, 512)
         self.model = self.ctx = None
@@ -208,10 +218,10 @@ class Engine:
             if not self.model:
                 raise RuntimeError(f"{self.model_path}: llama.cpp could not load the model")
             cp = llama_cpp.llama_context_default_params()
-            cp.n_ctx = n_par * padded_ctx(r["n_ctx"])
+            cp.n_ctx = n_streams * padded_ctx(r["n_ctx"])
             cp.n_batch = n_batch
             cp.n_ubatch = n_ubatch
-            cp.n_seq_max = n_par
+            cp.n_seq_max = n_streams
             cp.kv_unified = False  # one stream per sequence (see the module's docstring)
             cp.swa_full = True  # sliding-window layers keep full streams: the KV size stays exact
             cp.n_threads = r["n_threads"]
@@ -236,7 +246,9 @@ class Engine:
         if n_ctx_seq < r["n_ctx"]:  # llama.cpp gave less than asked: refuse rather than overflow
             raise RuntimeError(f"{self.model_path}: llama.cpp gave {n_ctx_seq} cells per sequence, "
                                f"fewer than n_ctx {r['n_ctx']}")
-        self.resolved = {**r, "n_batch": n_batch, "n_ubatch": n_ubatch, "n_seq_max": n_par,
+        self._prefix_seq = n_par if r["share_prefix"] else None
+        self._prefix_held: tuple[int, ...] | None = None  # the tokens the prefix stream holds
+        self.resolved = {**r, "n_batch": n_batch, "n_ubatch": n_ubatch, "n_seq_max": n_streams,
                          "kv_unified": False, "n_ctx_seq": n_ctx_seq}
         self._template: dict[bool, Any] = {}
         self._pieces: dict[int, bytes] = {}
@@ -389,8 +401,9 @@ class Engine:
         pending = collections.deque(enumerate(drivers))
         slots: list[_Seq | None] = [None] * n_par
         step = on_step or (lambda n_prompt, n_gen: None)
-        self.last_run = {"prefill_decodes": 0, "gen_steps": 0, "gen_rows": 0, "moves": 0, "requests": 0}
-        lc.llama_memory_clear(self._mem, False)
+        self.last_run = {"prefill_decodes": 0, "gen_steps": 0, "gen_rows": 0, "moves": 0, "requests": 0,
+                         "prefix_decodes": 0, "prefix_copies": 0}
+        self._clear_slots()
         ok = False
         try:
             while True:
@@ -414,11 +427,20 @@ class Engine:
                 self._generate_step(live, slots, step, on_finish)
             ok = True
         finally:
-            lc.llama_memory_clear(self._mem, False)
+            self._clear_slots()
             if not ok:
                 for s in slots:
                     if s is not None:
                         s.driver.close()
+
+    def _clear_slots(self) -> None:
+        """Empty every sequence's stream (metadata only: cells beyond a sequence's own are masked);
+        the shared-prefix stream, when there is one, keeps what it holds."""
+        if self._prefix_seq is None:
+            self.lc.llama_memory_clear(self._mem, False)
+        else:
+            for k in range(self.n_parallel):
+                self.lc.llama_memory_seq_rm(self._mem, k, -1, -1)
 
     # -- the schedule -----------------------------------------------------------------------
     def _admit(self, slots, pending, on_finish) -> None:
@@ -450,6 +472,7 @@ class Engine:
             if room > 0 and budget > 0:
                 stops = tuple(s.encode("utf-8") for s in req.stop if s)
                 slots[k] = _Seq(i, d, prompt.astype(np.int32), budget, stops, t0)
+                slots[k].prefix = max(0, min(int(req.prefix), n - 1))
                 return
             reason = "prompt_too_long" if room <= 0 else "length"
             self.last_run["requests"] += 1
@@ -537,28 +560,51 @@ class Engine:
             self._logits_addr = addr
         return self._logits_view[:n_rows]
 
-    def _prefill(self, k, slots, step, on_finish) -> None:
-        """Decode slot ``k``'s prompt alone in n_batch chunks (the same chunks at any n_parallel);
-        the last row gives the first token."""
+    def _decode_span(self, seq: int, prompt, lo: int, hi: int, last_row: bool, step) -> int:
+        """Decode ``prompt[lo:hi]`` into sequence ``seq`` alone, in n_batch chunks; with ``last_row``
+        the last token's logits are kept (row 0). Returns the last chunk's size."""
         import numpy as np
 
-        s = slots[k]
-        prompt = s.prompt
-        n_all = int(prompt.size)
         nb = self.n_batch
-        for lo in range(0, n_all, nb):
-            n = min(nb, n_all - lo)
-            self._tok[:n] = prompt[lo:lo + n]
-            self._pos[:n] = np.arange(lo, lo + n, dtype=np.int32)
-            self._set_seq(n, np.full(n, k, dtype=np.int32))
+        n = 0
+        for a in range(lo, hi, nb):
+            n = min(nb, hi - a)
+            self._tok[:n] = prompt[a:a + n]
+            self._pos[:n] = np.arange(a, a + n, dtype=np.int32)
+            self._set_seq(n, np.full(n, seq, dtype=np.int32))
             self._out[:n] = 0
-            last = lo + n == n_all
-            if last:
+            final = last_row and a + n == hi
+            if final:
                 self._out[n - 1] = 1
             self._decode(n)
             self.last_run["prefill_decodes"] += 1
-            if not last:
+            if not final:
                 step(n, 0)
+        return n
+
+    def _prefill(self, k, slots, step, on_finish) -> None:
+        """Decode slot ``k``'s prompt alone in n_batch chunks (the same chunks at any n_parallel):
+        first its shared prefix (decoded into the prefix stream once and copied, or decoded here),
+        then the rest; the last row gives the first token."""
+        import numpy as np
+
+        s = slots[k]
+        prompt, n_all, n_pre = s.prompt, int(s.prompt.size), s.prefix
+        if n_pre:
+            if self._prefix_seq is None:
+                self._decode_span(k, prompt, 0, n_pre, False, step)
+            else:
+                held = tuple(prompt[:n_pre].tolist())
+                if self._prefix_held != held:
+                    self._prefix_held = None
+                    self.lc.llama_memory_seq_rm(self._mem, self._prefix_seq, -1, -1)
+                    self._decode_span(self._prefix_seq, prompt, 0, n_pre, False, step)
+                    self._prefix_held = held
+                    self.last_run["prefix_decodes"] += 1
+                # a whole-stream copy, applied by llama.cpp before the next decode (the rest below)
+                self.lc.llama_memory_seq_cp(self._mem, self._prefix_seq, k, -1, -1)
+                self.last_run["prefix_copies"] += 1
+        n = self._decode_span(k, prompt, n_pre, n_all, True, step)
         s.pos = n_all
         token = int(np.argmax(self._logits(1)[0]))  # first maximum: ties go to the lowest id
         step(n, self._accept(k, slots, token, on_finish))
