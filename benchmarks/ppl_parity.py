@@ -18,9 +18,10 @@ A chat corpus is rendered through the reference rung's template; llama-perplexit
 template's special tokens (it tokenizes plain text), so both sides read that text without special
 parsing here, for the same tokens (the measure itself parses them: docs/corpora.md).
 
-llama-perplexity is not started where its own buffers would not fit (--max-mem-gib): it reserves
-n_ctx x n_vocab float32 for the logits of a chunk and, writing its KL base, n_ctx x n_vocab uint16
-more; the table then says what it would need.
+Every run has an address-space limit (--max-mem-gib), so that no run can push the machine into
+the OOM killer: llama-perplexity reserves n_ctx x n_vocab float32 for the logits of a chunk when
+n_ctx > n_batch and, writing its KL base, n_ctx x n_vocab uint16 more; where that exceeds the
+limit its allocation fails at once and the table says so, beside what it would have needed.
 """
 
 from __future__ import annotations
@@ -222,7 +223,7 @@ def main():
     # its KL base rows n_ctx x (n_vocab + 4) uint16; plus the model.
     lc_need_base = info.file_bytes + (4 * a.n_ctx * info.n_vocab if a.n_ctx > a.batch else 0) + 2 * a.n_ctx * (info.n_vocab + 4)
     lc_need_kl = info.file_bytes + (4 * a.n_ctx * info.n_vocab if a.n_ctx > a.batch else 0)
-    lc_runs = lc_need_base <= limit
+    lc_runs = True
     with tempfile.TemporaryDirectory(dir=work) as tmp:
         kl_base = Path(tmp) / "base.kld"
         our_ref = Path(tmp) / "base.qlogits"
@@ -240,7 +241,7 @@ def main():
                                                      a.flash_attn, limit, kl_base=kl_base))
             timed(base_ql, ref, ours(files[ref], corpus, proto_args, a.threads, a.flash_attn, limit,
                                      write_reference=our_ref))
-        lc_runs = lc_runs and "failed" not in base_lc.get(ref, {}) and lc_need_kl <= limit
+        lc_runs = "failed" not in base_lc.get(ref, {})
         base_sizes = (kl_base.stat().st_size if kl_base.exists() else 0, our_ref.stat().st_size if our_ref.exists() else 0)
         for n in names:
             for _ in range(a.repeats):
@@ -255,7 +256,8 @@ def main():
             rows.append([n, f"failed: {q['failed']}"] + [""] * 12)
             continue
         l_ok = l and "failed" not in l and "ppl" in l
-        why = l.get("failed") or (f"not run: needs {_gib(lc_need_base)} GiB > {a.max_mem_gib} GiB" if not l else "")
+        why = (f"failed ({l['failed'][:60]})" if l.get("failed") else
+               f"not run: its KL base failed (needs {_gib(lc_need_base)} GiB)" if not l else "")
         rows.append([
             n, f"{q['ppl']:.4f}±{q['ppl_err']:.4f}", f"{l['ppl']:.4f}±{l['ppl_err']:.4f}" if l_ok else why,
             f"{100 * (q['ppl'] / l['ppl'] - 1):+.3f}%" if l_ok else "n/a",
@@ -269,10 +271,12 @@ def main():
     print(f"corpus {corpus.name} ({len(text)} chars), n_ctx {a.n_ctx}, batch {a.batch}, chunks {a.chunks}, "
           f"threads {a.threads}, flash attention {a.flash_attn}, vocab {info.n_vocab}, address-space limit "
           f"{a.max_mem_gib} GiB")
-    print(f"KL base files: llama.cpp {base_sizes[0] / 2**20:.1f} MiB, quantladder {base_sizes[1] / 2**20:.1f} MiB")
+    print(f"KL base files: llama.cpp {base_sizes[0] / 2**20:.1f} MiB, quantladder {base_sizes[1] / 2**20:.1f} MiB; "
+          f"llama-perplexity's predicted buffers: {_gib(lc_need_base)} GiB writing its base, {_gib(lc_need_kl)} GiB "
+          "in --kl-divergence (model + logits reserve + base rows)")
     b_lc = base_lc.get(ref, {})
-    lc_base_txt = (f"{_fmt_times(b_lc['times'])} s, peak RSS {_gib(max(b_lc['rss']))} GiB" if b_lc and "failed" not in b_lc
-                   else (b_lc.get("failed") or f"not run (needs {_gib(lc_need_base)} GiB)"))
+    lc_base_txt = (f"{_fmt_times(b_lc['times'])} s, peak RSS {_gib(max(b_lc['rss']))} GiB" if "failed" not in b_lc
+                   else f"failed after {b_lc['times'][0]:.1f} s: {b_lc['failed']}")
     print(f"reference pass (write base): quantladder {_fmt_times(base_ql[ref]['times'])} s, peak RSS "
           f"{_gib(max(base_ql[ref]['rss']))} GiB; llama-perplexity {lc_base_txt} ({a.repeats} run(s) each, interleaved)")
     print(fmt_table(["rung", "PPL ours", "PPL llama.cpp", "ΔPPL", "KLD ours (nats)", "KLD llama.cpp",

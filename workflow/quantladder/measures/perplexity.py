@@ -118,6 +118,10 @@ def passes(cfg: dict) -> list[tuple[str, str]]:
                 raise ConfigError(f"measures.perplexity.long: corpus {c} at {label} is already an evaluation pass "
                                   "(measures.perplexity.corpora at n_ctx); give the long pass another context")
             out.append((c, label))
+    from ..corpora import parse_name
+
+    for c, _ in out:  # the name is every row's subset: domain and language must be readable from it
+        parse_name(c)
     return out
 
 
