@@ -231,8 +231,8 @@ def test_c_api_with_a_matrix_is_byte_identical_to_llama_quantize(tools, smollm_f
 def test_legacy_matrix_is_read_as_llama_quantize_reads_it(tools, smollm_f16, smollm_imatrix, tmp_path):
     im, _ = smollm_imatrix
     dat = tmp_path / "calib.dat"
-    r = subprocess.run([llama_tools.tool(tools, "llama-imatrix"), "--in-file", str(im), "--output-format", "dat",
-                        "-o", str(dat)], capture_output=True, text=True)
+    r = subprocess.run([llama_tools.tool(tools, "llama-imatrix"), "-m", str(smollm_f16), "--in-file", str(im),
+                        "--output-format", "dat", "-o", str(dat)], capture_output=True, text=True)
     assert r.returncode == 0 and dat.is_file(), r.stderr[-2000:]
     legacy = imatrix.weights_for_quantize(dat)
     assert legacy.legacy and set(legacy.weights) == set(imatrix.weights_for_quantize(im).weights)
