@@ -553,24 +553,26 @@ def degenerate_section(df: pd.DataFrame, card: str) -> str:
 
 
 def flips_section(df: pd.DataFrame, card: str) -> str:
+    """Per point and benchmark: its flips against the reference, beside the noise floor of its family's
+    reference (the same rung generated again at another batch setting), and which of the two is larger."""
     flip_names = dv.flip_metrics()
     g = dv.whole(dv.figures(df[df["metric"].isin(flip_names)]))
     if g.empty:
         return '<p class="note">No flip rows in the dataset for this card (flips need per-item verdicts).</p>'
     noise = dv.whole(dv.figures(df[df["metric"].isin(qmetrics.in_group("noise"))]))
+    first, rest = [m for m in flip_names if m == "flip_rate"], [m for m in flip_names if m != "flip_rate"]
+
+    def cell(rows, m):
+        r = rows[rows["metric"] == m]
+        return "—" if r.empty else vcell(r["value"].iloc[0], r["stderr"].iloc[0], r["unit"].iloc[0])
+
     rows, classes = [], []
     g = g.sort_values(["family", "benchmark", "bits_per_weight", "kv"], ascending=[True, True, False, True])
     for key, p in g.groupby(dv.POINT + ["benchmark"], dropna=False, sort=False):
         _, family, rung, kv, bench = key
-        cells = [esc(family), esc(rung), esc(kv), esc(bench)]
-        for m in flip_names:
-            r = p[p["metric"] == m]
-            cells.append("—" if r.empty else vcell(r["value"].iloc[0], r["stderr"].iloc[0], r["unit"].iloc[0]))
-        # the harness's own noise: the reference rung against itself at another batch setting
         nz = noise[(noise["family"] == family) & (noise["benchmark"] == bench)]
-        for m in ("noise_flip_rate", "noise_identical_share"):
-            r = nz[nz["metric"] == m]
-            cells.append("—" if r.empty else vcell(r["value"].iloc[0], r["stderr"].iloc[0], r["unit"].iloc[0]))
+        cells = [esc(family), esc(rung), esc(kv), esc(bench)] + [cell(p, m) for m in first]
+        cells.append(cell(nz, "noise_flip_rate"))
         fr, nf = p[p["metric"] == "flip_rate"], nz[nz["metric"] == "noise_flip_rate"]
         if fr.empty or nf.empty:
             cells.append("— (no noise floor)")
@@ -578,19 +580,20 @@ def flips_section(df: pd.DataFrame, card: str) -> str:
             cells.append('<span class="verdict v-noise">within noise</span>')
         else:
             cells.append("above the noise floor")
+        cells += [cell(p, m) for m in rest] + [cell(nz, "noise_identical_share")]
         n = p["n"].dropna()
         cells.append("—" if n.empty else str(int(n.iloc[0])))
         st = _worst(p["status"])
         cells.append(badge(st))
         rows.append(cells)
         classes.append(f"st-row-{st}")
-    heads = ["family", "rung", "KV", "benchmark"] + [esc(m) for m in flip_names] + [
-        "noise floor: flip rate", "noise floor: identical replies", "flip rate against the noise floor", "items",
-        "status"]
-    return table(heads, rows, f"table-flips-{card}", classes,
-                 caption="Flips against the reference rung (same card, KV type and settings), beside the noise "
-                         "floor: the reference rung generated again at another batch setting. A flip rate not "
-                         "above the noise floor is no loss the harness can attribute to quantization.")
+    heads = (["family", "rung", "KV", "benchmark"] + [esc(m) for m in first]
+             + ["noise floor: flip rate", "flip rate against the noise floor"] + [esc(m) for m in rest]
+             + ["noise floor: identical replies", "items", "status"])
+    return ('<p class="how">Flips against the reference rung (same card, KV type and settings), beside the noise '
+            "floor: the reference rung generated again at another batch setting. A flip rate not above the noise "
+            "floor is no loss the harness can attribute to quantization; whether a loss is significant is the "
+            "paired verdict's (the answer above).</p>" + table(heads, rows, f"table-flips-{card}", classes))
 
 
 def manifest_section(df: pd.DataFrame, card: str) -> str:
@@ -925,6 +928,12 @@ def _budget_label(gib: float) -> str:
     return f"{gib:g} GiB" if gib >= 1 else f"{int(gib * 1024)} MiB"
 
 
+def answer_ctx(d: pd.DataFrame) -> int:
+    """The context the budgets are answered at: ANSWER_CTX, or the longest a measured model was trained for."""
+    trained = d[(d["metric"] == "n_ctx_train") & d["value"].notna()]["value"]
+    return int(min(ANSWER_CTX, trained.max())) if not trained.empty else ANSWER_CTX
+
+
 def recommendation_rows(d: pd.DataFrame, card: str) -> tuple[list[list[str]], list[str]]:
     """The recommendation at the common budgets (equal weights over the task benchmarks), budgets with
     the same answer merged into one range."""
@@ -932,9 +941,10 @@ def recommendation_rows(d: pd.DataFrame, card: str) -> tuple[list[list[str]], li
 
     answers = []
     notes: list[str] = []
+    ctx = answer_ctx(d)
     for gib in BUDGETS_GIB:
         try:
-            r = rec.recommend(d, int(gib * (1 << 30)), ANSWER_CTX, card=card, n_runners_up=0)
+            r = rec.recommend(d, int(gib * (1 << 30)), ctx, card=card, n_runners_up=0)
         except rec.RecommendError as e:
             return [], [str(e)]
         notes = r.get("notes", [])
@@ -982,7 +992,7 @@ def answer_section(d: pd.DataFrame, card: str) -> str:
         out.append(answer_family(d[d["family"] == fam], fam, plan_res))
     rows, notes = recommendation_rows(d, card)
     out.append(f'<h3 id="recommend-{esc(card)}">Which point to run, at a few memory budgets '
-               f"<small>(context {ANSWER_CTX} tokens; equal weights over the task benchmarks; "
+               f"<small>(context {answer_ctx(d)} tokens; equal weights over the task benchmarks; "
                f"<code>quantladder recommend</code> for any other)</small></h3>")
     if rows:
         out.append(table(["memory budget", "run", "score", "predicted memory", "its paired deltas · why"], rows,
