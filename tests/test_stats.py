@@ -227,6 +227,18 @@ def test_scores_get_the_paired_t_interval_and_a_sign_flip_test():
     assert d.p_value == pytest.approx(np.mean(np.abs(signs @ np.abs(nz)) >= abs(nz.sum()) - 1e-9), rel=1e-9)
 
 
+
+def test_no_item_differs_gives_an_interval_not_a_point():
+    """Identical scores on every item: a t interval would be 0…0; Tango's interval for 0 discordant items
+    at the (effective) n stands in, the binary case being the widest a bounded score of that mean has."""
+    xs = [1.0, 0.5, 0.0, 1.0, 0.5, 1.0, 0.0, 1.0, 0.5, 1.0]
+    ref = _verdicts([x >= 0.5 for x in xs], scores=xs)
+    d = stats.compare(ref, [dict(v) for v in ref])
+    assert d.kind == "score" and d.estimate == 0 and d.p_value == 1.0
+    lo, hi = P.tango_interval(0, 0, 10)
+    assert (d.ci_low, d.ci_high) == (pytest.approx(100 * lo), pytest.approx(100 * hi)) and lo < 0 < hi
+    assert any("no item differs" in n for n in d.notes)
+
 # ------------------------------------------------------------------ per-token (perplexity, KLD)
 
 def test_chunk_level_error_equals_statsmodels_cluster_robust_error():
