@@ -45,16 +45,16 @@ def test_committed_site_renders(monkeypatch):
     prof = render(monkeypatch)
     assert prof["executor"] == "slurm" and prof["slurm-status-command"] == "squeue"
     assert "perplexity:slurm_partition=gpu" in prof["set-resources"]
-    assert "score_code:slurm_partition=sandbox" in prof["set-resources"]
+    assert "score:slurm_partition=sandbox" in prof["set-resources"]
 
 
 def test_site_file_decides_partitions_account_and_gres(monkeypatch, tmp_path):
     prof = render(monkeypatch, SITE, tmp_path=tmp_path)
     res = prof["set-resources"]
-    for rule in ("perplexity", "generate_code", "bfcl_generate", "ruler_generate", "anchor_gate"):
+    for rule in ("perplexity", "generate", "anchor_gate"):
         assert f"{rule}:slurm_partition=gpu-h100" in res
         assert f"{rule}:gpu=1" in res and f"{rule}:gpu_model=h100" in res
-    for rule in ("score_code", "bfcl_score", "ruler_score"):
+    for rule in ("score",):
         assert f"{rule}:slurm_partition=scoring" in res
         assert not any(r.startswith(f"{rule}:gpu") for r in res)
     assert "speed:slurm_extra='--exclusive'" in res and "energy:slurm_extra='--exclusive'" in res
@@ -64,7 +64,7 @@ def test_site_file_decides_partitions_account_and_gres(monkeypatch, tmp_path):
     assert "slurm_partition=short" in prof["default-resources"]
     assert prof["config"] == ["card=h100-80gb"]
     assert "perplexity=6" in prof["set-threads"] and "quantize=12" in prof["set-threads"]
-    assert "score_code=scoring" in prof["groups"] and prof["group-components"] == ["scoring=8"]
+    assert "score=scoring" in prof["groups"] and prof["group-components"] == ["scoring=8"]
     assert prof["resources"] == ["scoring_slots=3"] and prof["set-resource-scopes"] == ["scoring_slots=local"]
     assert prof["jobs"] == "50"
 

@@ -41,16 +41,11 @@ FAMILY = "smollm2-135m-instruct"
 RUNGS = ["F16", "Q8_0", "Q4_K_M"]
 
 # Where the profile must put each rule (the site file below names the partitions as the committed one).
-GPU_RULES = {"anchor_gate", "reference_logits", "perplexity", "bfcl_generate", "ruler_generate",
-             "code_generate", "generate_code", "speed", "memory"}
-SANDBOX_RULES = {"bfcl_score", "ruler_score", "code_score", "score_code"}
+GPU_RULES = {"anchor_gate", "reference_logits", "perplexity", "generate", "speed", "memory"}
+SANDBOX_RULES = {"score"}
 # Rows measured with a clock or by the OS differ between any two runs.
 POINT_OUTPUT = re.compile(rf"^results/{CARD}/points/.+")
 TIMED = ("per_s", "seconds", "_s", "joules", "watts", "peak", "rss", "elapsed")
-
-
-def _rules_text() -> str:
-    return "\n".join(p.read_text() for p in (REPO / "rules").glob("*.smk"))
 
 
 def _sh(*args, timeout=120, check=True, **kw) -> subprocess.CompletedProcess:
@@ -74,8 +69,7 @@ def cluster():
 
 
 def test_config() -> dict:
-    """Few chunks, few items; benchmarks that exist in this checkout's rules (two at least)."""
-    text = _rules_text()
+    """Few chunks, few items; two task benchmarks, one with a sandboxed scoring step."""
     cfg: dict = {
         "card": CARD,
         "kv_types": ["f16"],
@@ -91,17 +85,11 @@ def test_config() -> dict:
     }
     cfg["measures"]["perplexity"] = {"enabled": True, "corpus": "pydoc-topics", "n_ctx": 128, "n_batch": 128,
                                      "max_chunks": 4, "kld": True}
-    # Two task benchmarks, one with a sandboxed scoring step: HumanEval (score_code runs the
-    # model's code in bubblewrap) and RULER; BFCL (its multi-turn replay is sandboxed too) when
-    # one of those is missing.
-    if "rule score_code" in text:
-        cfg["benchmarks"]["humaneval"] = {"enabled": True, "limit": 2, "max_new_tokens": 128}
-    if "rule ruler_score" in text:
-        cfg["benchmarks"]["ruler"] = {"enabled": True, "tasks": ["niah_single_1"], "lengths": [512],
-                                      "samples": 2}
-    if len(cfg["benchmarks"]) < 2 and "rule bfcl_score" in text:
-        cfg["benchmarks"]["bfcl"] = {"enabled": True, "categories": ["simple_python", "multi_turn_base"],
-                                     "limit": 1, "n_ctx": 2048, "max_tokens": 48, "step_limit": 2}
+    # Two task benchmarks, one with a sandboxed scoring step: HumanEval (the score rule runs the
+    # model's code in bubblewrap) and RULER, through the generic generate/score rules.
+    cfg["benchmarks"]["humaneval"] = {"enabled": True, "limit": 2, "max_new_tokens": 128}
+    cfg["benchmarks"]["ruler"] = {"enabled": True, "tasks": ["niah_single_1"], "lengths": [512], "samples": 2}
+    cfg["generation"] = {"n_parallel": 2}
     return cfg
 
 

@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import logging
 import os
-import resource
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +41,7 @@ from . import loops
 from .benchmarks.base import Benchmark, Item
 from .budget import Budget, BudgetReached
 from .io import JsonlFile, hash_obj, write_json
+from .measures.memory import peak_rss_bytes
 
 log = logging.getLogger("quantladder.generation")
 
@@ -118,11 +117,6 @@ def plan(items: list[Item], bench: Benchmark, n_parallel: int, wave_factor: int 
         for i in range(0, len(group), size):
             waves.append(Wave(len(waves), n_ctx, group[i:i + size], batched=n_parallel > 1))
     return waves
-
-
-def peak_rss_bytes() -> int:
-    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(r if sys.platform == "darwin" else r * 1024)
 
 
 class Progress:
@@ -240,7 +234,7 @@ class Loop:
                     mismatches += self._run_wave(engine, wave, have, progress, g)
                 g["seconds"] += time.time() - t0
                 g["waves"] += 1
-                g["peak_rss_bytes"] = max(g["peak_rss_bytes"], peak_rss_bytes())
+                g["peak_rss_bytes"] = max(g["peak_rss_bytes"], peak_rss_bytes())  # host memory: not a GPU's
         finally:
             if engine is not None:
                 engine.close()

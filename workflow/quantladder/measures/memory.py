@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import re
 import resource
+import sys
 
 from ..dataset import metric_row
 
@@ -64,13 +65,16 @@ class LlamaLog:
 
 
 def peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    """Peak resident set size of this process (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(r if sys.platform == "darwin" else r * 1024)
 
 
 def measure(model_path: str, info, *, n_ctx: int, kv: str = "f16", n_threads: int = 0, n_gpu_layers: int = 0,
-            flash_attn: bool | None = None, n_batch: int = 512, gpu: bool | None = None) -> dict:
+            flash_attn: bool | None = None, n_batch: int = 512, gpu: bool | None = None, reader=None) -> dict:
     """Load the model at ``n_ctx``, run one full batch so every buffer is touched, read the peak
-    with the card's probe (NVML on a GPU: ``gpu`` None asks whether layers are offloaded)."""
+    with the card's probe (NVML on a GPU: ``gpu`` None asks whether layers are offloaded; ``reader``
+    an NVML reader other than device 0's)."""
     import numpy as np
 
     from ..engine import RawContext, parse_kv
@@ -96,7 +100,7 @@ def measure(model_path: str, info, *, n_ctx: int, kv: str = "f16", n_threads: in
     on_gpu = bool(n_gpu_layers) if gpu is None else gpu
     probe = {"method": "rss", "status": "ok", "status_reason": None}
     if on_gpu:
-        res = vram.measure_memory(work)
+        res = vram.measure_memory(work, reader=reader)
         if res.get("status") == "ok":
             probe = {"method": res["method"], "status": "ok", "status_reason": res.get("status_reason"),
                      "peak": res["peak_mem_bytes"], "n_samples": res.get("n_samples")}
