@@ -65,6 +65,8 @@ rule generate:
         source="resources/benchmarks/{task}/source.json",
         item_file="resources/benchmarks/{task}/{family}/items.jsonl",
         items_meta="resources/benchmarks/{task}/{family}/items.json",
+        # early stopping: a rung stops once its paired test against the reference is decided
+        reference_verdicts=get_early_stop_reference,
     output:
         generations="results/{card}/{series}/{family}/{rung}/{kv}/{task}/generations.jsonl",
         meta="results/{card}/{series}/{family}/{rung}/{kv}/{task}/generations.json",

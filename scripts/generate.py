@@ -34,13 +34,20 @@ def run(smk):
     n_parallel = generation.resolve_n_parallel(policy, info, max((bench.n_ctx(it) for it in items), default=0),
                                                pt.kv)
     env = bench.open_env(source, "generate")
+    items = bench.order(items)
+    stopper = None
+    if smk.input.get("reference_verdicts"):  # early stopping on, and this is not the reference point
+        from quantladder.benchmarks import ScoringContext
+        from quantladder.early_stop import Stopper
+
+        stopper = Stopper(bench, items, read_jsonl(smk.input.reference_verdicts), ScoringContext(env, threads=1))
     loop = generation.Loop(
         bench, items, key=smk.params.key, store_dir=Path(smk.output.generations).parent,
         engine_for=lambda n_ctx: Engine(pt.model_path, pt.engine_settings(n_ctx=n_ctx, n_parallel=n_parallel)),
         n_parallel=n_parallel, wave_factor=int(policy.get("wave_factor", generation.DEFAULT_WAVE_FACTOR)),
         budget=budget.from_snakemake(smk), time_budget_s=bench.settings.get("time_budget_s"),
         label=f"{bench.name} {pt.family}/{pt.rung}/{pt.kv}" + (" (noise floor)" if pt.series == "noise" else ""),
-        env=env)
+        env=env, stopper=stopper)
     result = loop.run()
     generation.write_outputs(result, smk.output.generations, smk.output.meta, extra={
         "blocked": False, "items_sha256": items_meta["sha256"], "policy": policy, "series": pt.series})

@@ -178,3 +178,70 @@ def test_n_parallel_auto_depends_on_the_architecture_context_and_budget_only(smo
     per_seq = a.kv_bytes(4096, "f16", "f16")
     assert na * per_seq <= 2048 << 20
     assert generation.resolve_n_parallel({"n_parallel": 3}, a, 4096) == 3
+
+
+def test_the_loop_stops_at_a_wave_boundary_when_the_stopper_decides(tmp_path, smollm_q8):
+    """The loop's side of early stopping: asked before every wave with the records so far, it stops
+    generating once a decision comes, and says so (the decision itself: test_early_stop_*)."""
+    asked = []
+
+    def stopper(records):
+        asked.append(len(records))
+        return {"state": "loss", "n": len(records), "rule": "test rule"} if len(records) >= 2 else None
+
+    res = _loop(smollm_q8, tmp_path, n_parallel=1, stopper=stopper).run()
+    assert asked == [0, 1, 2] and len(res.records) == 2
+    assert res.meta["early_stop"]["state"] == "loss" and "stopped early: loss decided at n = 2" in res.meta["stopped"]
+    from quantladder import scoring
+
+    status, reason = scoring.completeness(4, [{}] * 2, res.meta)
+    assert status is None and "2 of 4 items: stopped early" in reason  # finished, not incomplete
+
+
+def test_early_stop_decides_a_loss_on_real_verdicts(bfcl_items_and_record):
+    """The real BFCL scorer on replies that decode as no call (wrong on every AST item), against a
+    reference that got every item right: the sequential test stops with 'loss' once the evidence
+    reaches 2/alpha, long before the items run out."""
+    from quantladder.benchmarks import ScoringContext
+    from quantladder.early_stop import Stopper
+
+    bench, items, record = bfcl_items_and_record
+    ref = [{"item_id": it.id, "correct": True} for it in items]
+    stop = Stopper(bench, items, ref, ScoringContext(bench.open_env(record, "generate")))
+    records, decision = [], None
+    for it in items:
+        records.append({"item_id": it.id, "text": "I cannot help with that.", "n_gen_tokens": 7,
+                        "finish_reason": "stop"})
+        decision = stop(records)
+        if decision:
+            break
+    assert decision and decision["state"] == "loss" and decision["n"] < len(items)
+    assert decision["e_loss"] >= 2 / 0.05 and "false claim" in decision["rule"]
+
+
+@pytest.fixture(scope="module")
+def bfcl_items_and_record(tmp_path_factory):
+    from quantladder.benchmarks.bfcl import data
+
+    wheel = REPO / "resources" / "benchmarks" / "bfcl" / "wheel"
+    whl = data.download_wheel("2026.3.23", wheel)
+    root = tmp_path_factory.mktemp("bfcl-es")
+    record = data.materialize({"path": str(whl)}, root / "data", root / "data.json")
+    bench = benchmarks.create("bfcl", {"enabled": True, "categories": ["simple_python"], "limit": 30,
+                                       "early_stop": {"enabled": True, "alpha": 0.05}})
+    items, _ = bench.build_items(record, reference_gguf=None, family={})
+    return bench, bench.order(items), record
+
+
+def test_early_stop_order_is_seeded_and_code_suites_refuse_it():
+    from quantladder.errors import ConfigError
+
+    b, _, items = _bench(10)
+    assert b.order(items) == items  # off: the file's order
+    on = benchmarks.create("ruler", {"enabled": True, "early_stop": {"enabled": True, "seed": 3}})
+    from quantladder.benchmarks import Item
+
+    its = [Item(id=str(i)) for i in range(20)]
+    assert on.order(its) == on.order(its) and on.order(its) != its
+    with pytest.raises(ConfigError, match="cannot stop early"):
+        benchmarks.create("humaneval", {"enabled": True, "early_stop": {"enabled": True}}).early_stop

@@ -174,7 +174,7 @@ class Loop:
     def __init__(self, bench: Benchmark, items: list[Item], *, key: str, store_dir: str | os.PathLike,
                  engine_for: Callable[[int], object], n_parallel: int, wave_factor: int = DEFAULT_WAVE_FACTOR,
                  budget: Budget | None = None, time_budget_s: float | None = None, label: str = "",
-                 env=None, progress_every_s: float = PROGRESS_EVERY_S):
+                 env=None, progress_every_s: float = PROGRESS_EVERY_S, stopper=None):
         self.bench, self.items, self.key = bench, items, key
         self.store = JsonlFile(Path(store_dir) / STORE_NAME)
         self.engine_for = engine_for
@@ -186,6 +186,9 @@ class Loop:
         self.label = label or bench.name
         self.env = env
         self.progress_every_s = progress_every_s
+        # stopper(records so far, in plan order) -> a decision dict when the run may stop early
+        # (quantladder.early_stop), else None; asked at wave boundaries only.
+        self.stopper = stopper
 
     # -- the store ----------------------------------------------------------------------------
     def _load(self) -> dict[tuple, dict]:
@@ -208,12 +211,20 @@ class Loop:
         progress = Progress(self.label, total, done0, every_s=self.progress_every_s)
         t_start = time.time()
         stopped = None
+        early = None
         mismatches = 0
         groups: dict[int, dict] = {}
         engines: dict[int, dict] = {}
         engine, engine_ctx = None, None
         try:
             for wave in self.waves:
+                if self.stopper is not None:
+                    done = [r for w in self.waves[:wave.index] for it in w.items
+                            if (r := self._lookup(have, w, it)) is not None]
+                    early = self.stopper(done)
+                    if early is not None:
+                        stopped = f"stopped early: {early['state']} decided at n = {early['n']} ({early['rule']})"
+                        break
                 missing = [it for it in wave.items if self._lookup(have, wave, it) is None]
                 if not missing:
                     continue
@@ -241,7 +252,8 @@ class Loop:
         records = [r for w in self.waves for it in w.items if (r := self._lookup(have, w, it)) is not None]
         progress.report(final=True)
         meta = {"benchmark": self.bench.name, "key": self.key, "planned": total, "generated": len(records),
-                "complete": len(records) == total, "stopped": stopped, "n_parallel": self.n_parallel,
+                "complete": len(records) == total, "stopped": stopped, "early_stop": early,
+                "n_parallel": self.n_parallel,
                 "wave_size": self.wave_size, "n_waves": len(self.waves), "groups": {str(k): v for k, v in groups.items()},
                 "engine": {str(k): v for k, v in engines.items()}, "replay_mismatches": mismatches,
                 "seconds": round(time.time() - t_start, 3)}

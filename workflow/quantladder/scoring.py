@@ -108,6 +108,9 @@ def completeness(planned: int, verdicts: list[dict], gen_meta: dict) -> tuple[st
     """A point is never complete with fewer verdicts than planned items."""
     if planned == 0:
         return "absent", "the benchmark planned no items for this point (see its items.json)"
+    if gen_meta.get("early_stop") and len(verdicts) == gen_meta.get("generated"):
+        # a sequential test decided before every item ran: a finished measurement, said so
+        return None, f"{len(verdicts)} of {planned} items: {gen_meta['stopped']}"
     if len(verdicts) < planned:
         why = gen_meta.get("stopped") or "the generation stopped early"
         return "incomplete", f"{len(verdicts)} of {planned} items scored ({why})"

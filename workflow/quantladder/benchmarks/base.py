@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generator
 
+from ..errors import ConfigError
+
 
 
 @dataclass(frozen=True)
@@ -86,8 +88,9 @@ class Benchmark:
     scoring_settings: ClassVar[tuple[str, ...]] = ()
     run_settings: ClassVar[tuple[str, ...]] = ("enabled", "time_budget_s")
     # Every benchmark may override the global `generation:` settings (sequences decoded together):
-    # they change replies, so they belong to the generation key.
-    COMMON_GENERATION: ClassVar[tuple[str, ...]] = ("n_parallel",)
+    # they change replies, so they belong to the generation key. `early_stop` (docs/statistics.md)
+    # decides which items a rung generates, so it is part of that key too.
+    COMMON_GENERATION: ClassVar[tuple[str, ...]] = ("n_parallel", "early_stop")
     defaults: ClassVar[dict] = {}
 
     def __init__(self, section: dict | None = None):
@@ -156,6 +159,32 @@ class Benchmark:
         """The benchmark's own figures (``quantladder.metrics.row``); the generic ones (errors by
         type, loops, generation cost) are added by the score stage."""
         raise NotImplementedError
+
+    # -- early stopping -----------------------------------------------------------------------
+    @property
+    def early_stop(self) -> dict | None:
+        """The benchmark's early-stopping settings when switched on (docs/statistics.md), else None.
+        It needs verdicts while generating, so a benchmark that runs model-written code to score
+        (the code suites) cannot stop early: scoring happens on the scoring host, after generation."""
+        es = self.settings.get("early_stop") or {}
+        if not es.get("enabled"):
+            return None
+        if self.executes_model_code:
+            raise ConfigError(f"benchmarks.{self.name}.early_stop: {self.name} scores by running model-written code "
+                              "on the scoring host, after generation, so it cannot stop early")
+        return {"alpha": 0.05, "margin": None, "seed": 0, **es}
+
+    def order(self, items: list[Item]) -> list[Item]:
+        """The order items are generated in. With early stopping on, a seeded shuffle fixed before any
+        result is known (the sequential test assumes exchangeable items)."""
+        es = self.early_stop
+        if not es:
+            return items
+        import random
+
+        out = list(items)
+        random.Random(f"early-stop:{es['seed']}").shuffle(out)
+        return out
 
     # -- anchor -------------------------------------------------------------------------------
     # The anchor gate reproduces a published score with this very harness: the anchor model through
