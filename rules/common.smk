@@ -19,11 +19,11 @@ from quantladder.measures import perplexity as qppl
 from quantladder import ladder as qladder
 from quantladder import llama_tools as qtools
 
+qconfig.check_types(config, source="config")
 validate(config, schema="../config/config.schema.yaml")
-for _bench, _section in config["benchmarks"].items():
-    _schema = Path(workflow.basedir) / "config" / "schemas" / f"{_bench}.schema.yaml"
-    if _schema.exists():
-        validate(_section, schema=str(_schema))
+# Every benchmark section: a registered benchmark (else: the known names and a did-you-mean),
+# validated against its own schema, errors naming `benchmarks.<name>.<key>` and the schema file.
+qconfig.validate_benchmarks(config, source="config")
 qconfig.check_semantics(config, source="config")
 
 # The card keys every result. Detected here from local facts only (NVML, /proc/cpuinfo),
@@ -51,11 +51,20 @@ PPL_CONTEXT = max(
 )
 
 
+MEASURES = [m for m, sec in config["measures"].items() if sec.get("enabled", True)]
+TASKS = [b for b, sec in config["benchmarks"].items() if sec.get("enabled")]
+
+
 def enabled_measures():
     """Per-point measures and benchmarks switched on in the config, in a fixed order."""
-    names = [m for m, s in config["measures"].items() if s.get("enabled", True)]
-    names += [b for b, s in config["benchmarks"].items() if s.get("enabled")]
-    return names
+    return MEASURES + TASKS
+
+
+def family_runs(family, measure):
+    """Whether a measure or benchmark runs for a family (a base model takes no chat benchmark)."""
+    if measure in TASKS:
+        return qconfig.task_runs_for(config, measure, family)
+    return True
 
 
 def point_outputs(card, family=None):
@@ -65,18 +74,55 @@ def point_outputs(card, family=None):
         for rung in qconfig.rungs(config, fam):
             for kv in qconfig.kv_types(config, fam):
                 for m in point_measures(fam, rung):
-                    out.append(
-                        f"results/{card}/points/{fam}/{rung}/{kv}/{m}/metrics.json"
-                    )
+                    if family_runs(fam, m):
+                        out.append(
+                            f"results/{card}/points/{fam}/{rung}/{kv}/{m}/metrics.json"
+                        )
+    return out
+
+
+def noise_outputs(card, family=None):
+    """The noise-floor series: the reference rung (first KV type) generated at another batch setting."""
+    if not qconfig.noise_floor_enabled(config):
+        return []
+    fams = [family] if family else qconfig.families(config)
+    out = []
+    for fam in fams:
+        rung = qconfig.reference_rung(config, fam)
+        kv = qconfig.kv_types(config, fam)[0]
+        for t in TASKS:
+            if family_runs(fam, t):
+                out.append(f"results/{card}/noise/{fam}/{rung}/{kv}/{t}/metrics.json")
+    return out
+
+
+def per_item_files(metrics_files):
+    """The per-item files beside task benchmarks' metrics (flips and identity read them)."""
+    out = []
+    for p in metrics_files:
+        parts = p.split("/")
+        if parts[-2] in TASKS:
+            d = "/".join(parts[:-1])
+            out += [f"{d}/verdicts.jsonl", f"{d}/generations.jsonl"]
     return out
 
 
 def get_point_metrics(wildcards):
-    return point_outputs(wildcards.card)
+    return point_outputs(wildcards.card) + noise_outputs(wildcards.card)
 
 
 def get_family_metrics(wildcards):
-    return point_outputs(wildcards.card, wildcards.family)
+    return point_outputs(wildcards.card, wildcards.family) + noise_outputs(
+        wildcards.card, wildcards.family
+    )
+
+
+def get_point_items(wildcards):
+    return per_item_files(get_point_metrics(wildcards))
+
+
+def get_family_items(wildcards):
+    return per_item_files(get_family_metrics(wildcards))
 
 
 def get_final_outputs():
@@ -304,16 +350,7 @@ def anchors_file():
 
 
 def get_anchor_spec(wildcards):
-    """Only this benchmark's anchor entries and settings decide its gate (not the whole file)."""
-    entries = qanchors.load_entries(anchors_file())
-    mine = [e for e in entries if e["benchmark"] == wildcards.benchmark]
-    return qmanifest.hash_obj(
-        {
-            "entries": mine,
-            "settings": qmanifest.benchmark_settings(config, wildcards.benchmark),
-            "harness": qmanifest.HARNESS_VERSION,
-        }
-    )[:16]
+    return qmanifest.anchor_key(config, wildcards.benchmark, anchor_entries())
 
 
 def runtime_for(rule_name, default):
@@ -323,52 +360,67 @@ def runtime_for(rule_name, default):
     return config["resources"].get("runtime_min", {}).get(rule_name, default)
 
 
-# -- task benchmarks' input functions --------------------------------------------------------
-
-BFCL_DEFAULT_SOURCE = {"wheel": {"version": "2026.3.23"}}
-CODE_SUITES = ["humaneval", "bigcodebench_hard"]
+# -- task benchmarks' input functions (rules/tasks.smk) --------------------------------------
 
 
-def bfcl_section():
-    return config["benchmarks"].get("bfcl", {})
+def _task_cfg(wildcards):
+    """The config a job of this series runs with (the noise series: another batch setting)."""
+    if getattr(wildcards, "series", "points") == "noise":
+        return qconfig.noise_config(config)
+    return config
 
 
-def get_bfcl_source(wildcards):
-    return json.dumps(bfcl_section().get("source", BFCL_DEFAULT_SOURCE), sort_keys=True)
+def get_source_key(wildcards):
+    return qmanifest.source_key(config, wildcards.task)
 
 
-def get_bfcl_scorer_version(wildcards):
-    from quantladder.benchmarks.bfcl import SCORER_VERSION
-
-    return SCORER_VERSION
+def get_items_key(wildcards):
+    return qmanifest.items_key(config, wildcards.family, wildcards.task)
 
 
-def get_bfcl_reference_verdicts(wildcards):
-    """The reference point's verdicts (reference rung, f16 KV cache), for flips; none for the
-    reference point itself. As with KLD, a quantized KV cache's flips then include what it costs.
-    """
-    ref = qconfig.reference_rung(config, wildcards.family)
-    if wildcards.rung == ref and wildcards.kv == "f16":
+def get_generation_key(wildcards):
+    w = wildcards
+    return qmanifest.generation_key(
+        _task_cfg(w), w.card, w.family, w.rung, w.kv, w.task
+    )
+
+
+def get_scoring_key(wildcards):
+    w = wildcards
+    return qmanifest.scoring_key(_task_cfg(w), w.card, w.family, w.rung, w.kv, w.task)
+
+
+def get_task_anchor(wildcards):
+    return ancient(f"results/{wildcards.card}/anchors/{wildcards.task}.json")
+
+
+def get_task_anchor_key(wildcards):
+    """What a gate's outcome can change for generation: its entries and the generation settings."""
+    return qmanifest.anchor_generation_key(config, wildcards.task, anchor_entries())
+
+
+_ANCHOR_ENTRIES = []
+
+
+def anchor_entries():
+    """The anchors file's entries, read once per DAG build (every job's params ask)."""
+    if not _ANCHOR_ENTRIES:
+        _ANCHOR_ENTRIES.append(qanchors.load_entries(anchors_file()))
+    return _ANCHOR_ENTRIES[0]
+
+
+def get_early_stop_reference(wildcards):
+    """With early stopping on, a rung's generation needs its reference point's verdicts (the same
+    card, KV type and series; the reference point itself runs every item)."""
+    w = wildcards
+    if not qmanifest.task(_task_cfg(w), w.task).early_stop or w.series != "points":
         return []
-    return f"results/{wildcards.card}/points/{wildcards.family}/{ref}/f16/bfcl/verdicts.jsonl"
+    ref = qconfig.reference_rung(config, w.family)
+    if w.rung == ref:
+        return []
+    return f"results/{w.card}/points/{w.family}/{ref}/{w.kv}/{w.task}/verdicts.jsonl"
 
 
-def get_code_scorer_version(wildcards):
-    from quantladder.benchmarks.code.score import SCORER_VERSION
-
-    return SCORER_VERSION
-
-
-def get_code_anchor(wildcards):
-    return f"results/{wildcards.card}/anchors/{wildcards.suite}.json"
-
-
-def get_code_spec(wildcards):
-    return spec_hash(wildcards.suite)(wildcards)
-
-
-def get_code_scoring_env(wildcards):
-    """The pinned scoring environment (its hash enters the manifest); HumanEval needs none."""
-    if wildcards.suite == "bigcodebench_hard":
-        return "envs/bigcodebench-eval.txt"
-    return []
+def get_scoring_env(wildcards):
+    """A scoring environment's pinned requirements (their hash enters the manifest), if any."""
+    return qconfig.scoring_env_file(config, wildcards.task) or []

@@ -174,6 +174,13 @@ def anchor_generation_key(cfg: dict, benchmark: str, entries: list[dict]) -> str
                  "harness": HARNESS_VERSION})
 
 
+def anchor_run_key(entry: dict, bench) -> str:
+    """An anchor reproduction's replies: its model, the benchmark's settings and version."""
+    return _key({"model": entry["model"], "settings": bench.settings, "version": bench.version,
+                 "n_parallel": entry.get("n_parallel", 1), "gpu_layers": entry.get("gpu_layers", 999),
+                 "harness": HARNESS_VERSION})
+
+
 def job_environment() -> dict:
     """Where the job ran: host, and the Slurm job and partition when it ran as a Slurm job."""
     import os

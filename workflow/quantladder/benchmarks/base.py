@@ -202,13 +202,15 @@ class Benchmark:
 
         from .. import generation
         from ..engine import Engine, EngineSettings
-        from ..io import JsonlFile, hash_obj, write_json
+        from ..io import JsonlFile, write_json
         from ..models import resolve_source
+
+        from ..manifest import anchor_run_key
 
         bench = self.anchor_bench(entry)
         model = str(resolve_source(entry["model"]))
-        cache = Path(cache_dir) / hash_obj({"model": entry["model"], "settings": bench.settings,
-                                            "version": bench.version})[:16]
+        key = anchor_run_key(entry, bench)
+        cache = Path(cache_dir) / key
         cache.mkdir(parents=True, exist_ok=True)
         source = bench.fetch_source(str(cache / "source"))
         items, _ = bench.build_items(source, reference_gguf=model, family={"chat": entry.get("chat", True)})
@@ -216,7 +218,7 @@ class Benchmark:
         n_par = int(entry.get("n_parallel", 1))
         gpu_layers = int(entry.get("gpu_layers", 999))
         loop = generation.Loop(
-            bench, items, key=hash_obj({"anchor": entry, "version": bench.version})[:16], store_dir=cache,
+            bench, items, key=key, store_dir=cache,
             n_parallel=n_par, label=f"anchor {bench.name} {entry['model'].get('label', model)}",
             engine_for=lambda n: Engine(model, EngineSettings(n_ctx=n, kv="f16", n_gpu_layers=gpu_layers,
                                                               n_parallel=n_par)),
