@@ -1,7 +1,30 @@
 # Anchor gate per (card, benchmark): runs before any point of that benchmark measures.
+# A task benchmark's gate has two steps, as its points do: the anchor model's replies are generated
+# on the GPU host (anchor_generate), and scored, then judged, where the benchmark's points are scored
+# (anchor_gate: the scoring host, whose sandbox runs the code benchmarks' model-written code).
+
+
+rule anchor_generate:
+    output:
+        "results/{card}/anchor_generations/{task}.json",
+    log:
+        "logs/anchor_generate/{card}/{task}.log",
+    conda:
+        "../envs/quantladder.yaml"
+    threads: workflow.cores
+    resources:
+        mem_mb=16384,
+        runtime=runtime_for("anchor_generate", 480),
+    params:
+        spec=get_anchor_generate_spec,
+        anchors=anchors_file(),
+    script:
+        "../scripts/anchor_generate.py"
 
 
 rule anchor_gate:
+    input:
+        generated=get_anchor_generations,
     output:
         "results/{card}/anchors/{benchmark}.json",
     log:

@@ -11,5 +11,6 @@ localrules:
     acquire_source,
     acquire_prebuilt,
     benchmark_source,
+    llama_tools,
     corpus,
     recommend,

@@ -14,6 +14,7 @@ import quantladder.config as qconfig
 import quantladder.manifest as qmanifest
 import quantladder.anchors as qanchors
 import quantladder.resources as qres
+import quantladder.benchmarks as qbenchmarks
 from quantladder import card as qcard
 from quantladder.measures import perplexity as qppl
 from quantladder import ladder as qladder
@@ -347,6 +348,17 @@ def anchors_file():
     """The anchors file; a relative path is taken from the workflow's directory."""
     p = Path(config["anchors"])
     return p if p.is_absolute() else Path(workflow.basedir) / p
+
+
+def get_anchor_generations(wildcards):
+    """A task benchmark's gate scores the replies its anchor_generate job made; a measure's has none."""
+    if wildcards.benchmark in qbenchmarks.names():
+        return f"results/{wildcards.card}/anchor_generations/{wildcards.benchmark}.json"
+    return []
+
+
+def get_anchor_generate_spec(wildcards):
+    return qmanifest.anchor_generation_key(config, wildcards.task, anchor_entries())
 
 
 def get_anchor_spec(wildcards):

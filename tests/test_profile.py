@@ -51,10 +51,10 @@ def test_committed_site_renders(monkeypatch):
 def test_site_file_decides_partitions_account_and_gres(monkeypatch, tmp_path):
     prof = render(monkeypatch, SITE, tmp_path=tmp_path)
     res = prof["set-resources"]
-    for rule in ("perplexity", "generate", "anchor_gate"):
+    for rule in ("perplexity", "generate", "anchor_generate", "tool_anchor_gate"):
         assert f"{rule}:slurm_partition=gpu-h100" in res
         assert f"{rule}:gpu=1" in res and f"{rule}:gpu_model=h100" in res
-    for rule in ("score",):
+    for rule in ("score", "anchor_gate"):
         assert f"{rule}:slurm_partition=scoring" in res
         assert not any(r.startswith(f"{rule}:gpu") for r in res)
     assert "speed:slurm_extra='--exclusive'" in res and "energy:slurm_extra='--exclusive'" in res

@@ -41,8 +41,9 @@ FAMILY = "smollm2-135m-instruct"
 RUNGS = ["F16", "Q8_0", "Q4_K_M"]
 
 # Where the profile must put each rule (the site file below names the partitions as the committed one).
-GPU_RULES = {"anchor_gate", "reference_logits", "perplexity", "generate", "speed", "memory"}
-SANDBOX_RULES = {"score"}
+GPU_RULES = {"anchor_generate", "tool_anchor_gate", "reference_logits", "perplexity", "generate", "speed",
+             "memory"}
+SANDBOX_RULES = {"score", "anchor_gate"}
 # Rows measured with a clock or by the OS differ between any two runs.
 POINT_OUTPUT = re.compile(rf"^results/{CARD}/points/.+")
 TIMED = ("per_s", "seconds", "_s", "joules", "watts", "peak", "rss", "elapsed")

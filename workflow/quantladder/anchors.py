@@ -49,22 +49,61 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def evaluate(benchmark: str, entries: list[dict], card_identity: dict, run_anchor=None) -> dict:
-    """Decide the gate. ``run_anchor(entry) -> float`` reproduces the score (None: find the
-    benchmark module's ``anchor_score``)."""
+def cannot_run(entry: dict, card_identity: dict) -> str | None:
+    """Why an anchor entry is not reproduced on this card (None: it is)."""
+    if entry.get("requires_gpu", False) and card_identity.get("kind") != "gpu":
+        return f"anchor {entry['model'].get('label', '')} needs a GPU card; this is {card_identity.get('label')}"
+    return None
+
+
+def generate(benchmark: str, entries: list[dict], card_identity: dict, section: dict | None, cache_dir) -> dict:
+    """The generation half of a task benchmark's gate (the GPU host): each entry's replies, or why
+    there are none (unreachable model or data). The gate scores them on the scoring host."""
+    from . import benchmarks
+
+    out = {}
+    bench = benchmarks.create(benchmark, section or {})
+    for i, e in enumerate(x for x in entries if x["benchmark"] == benchmark):
+        why = cannot_run(e, card_identity)
+        if why:
+            out[str(i)] = {"skipped": why}
+            continue
+        try:
+            out[str(i)] = bench.anchor_generate(e, cache_dir)
+        except QuantladderError as err:  # unreachable model, offline hub, gated repo
+            out[str(i)] = {"error": f"anchor not reachable: {err}"}
+    return out
+
+
+def evaluate(benchmark: str, entries: list[dict], card_identity: dict, run_anchor=None,
+             generated: dict | None = None, section: dict | None = None) -> dict:
+    """Decide the gate. ``run_anchor(entry) -> float`` reproduces the score; by default the
+    benchmark's runner from the registry, scoring the replies ``generate`` left in ``generated``
+    when given (else generating them here too)."""
     mine = [e for e in entries if e["benchmark"] == benchmark]
     base = {"benchmark": benchmark, "card": card_identity.get("label"), "checked_at": _now()}
     if not mine:
         reason = NO_PUBLISHED_ANCHOR.get(benchmark, f"no anchor configured for {benchmark} in the anchors file")
         return {**base, "status": "unanchored", "reason": reason}
     results = []
-    for e in mine:
+    for i, e in enumerate(mine):
         tol = float(e.get("tolerance", DEFAULT_TOLERANCE))
-        if e.get("requires_gpu", False) and card_identity.get("kind") != "gpu":
-            results.append({"entry": e, "status": "unanchored",
-                            "reason": f"anchor {e['model'].get('label', '')} needs a GPU card; this is {card_identity.get('label')}"})
+        why = cannot_run(e, card_identity)
+        if why:
+            results.append({"entry": e, "status": "unanchored", "reason": why})
             continue
-        runner = run_anchor or _module_runner(benchmark)
+        if generated is not None and run_anchor is None:
+            g = generated.get(str(i)) or {"error": "no replies were generated for this anchor"}
+            if "error" in g or "skipped" in g:
+                results.append({"entry": e, "status": "unanchored", "reason": g.get("error") or g.get("skipped")})
+                continue
+            from . import benchmarks
+
+            b = benchmarks.create(benchmark, section or {})
+            e_runner = lambda e, g=g, b=b: b.anchor_verdict(e, g)  # noqa: E731
+        else:
+            e_runner = None
+        runner = run_anchor or e_runner or _module_runner(benchmark, section)
         if runner is None:
             results.append({"entry": e, "status": "unanchored",
                             "reason": f"benchmark {benchmark} has no anchor runner"})
