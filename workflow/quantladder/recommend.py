@@ -420,17 +420,20 @@ def _allowed(c: Candidate, budget, min_tg, kv_allowed, banned) -> bool:
 
 def recommend(df: pd.DataFrame, mem: int | str, ctx: int | str, *, kv: list[str] | None = None,
               min_tg: float | None = None, weights: dict[str, float] | list[str] | None = None,
-              card: str | None = None, n_runners_up: int = 3) -> dict:
+              card: str | None = None, n_runners_up: int = 3, prepared: tuple | None = None) -> dict:
     """The best (family, rung, KV) for ``mem`` bytes at ``ctx`` tokens, runners-up, binding constraints.
 
     Returns a JSON-able dict; ``feasible`` False (with ``message``) when nothing fits. Raises
     RecommendError for a request the dataset cannot be asked (unknown benchmark, no figures at all).
+    ``prepared``: what ``candidates(df, ctx, weights, card)`` returned, to ask several budgets at one
+    context without reading the dataset again.
     """
     t0 = time.perf_counter()
     budget, ctx = parse_bytes(mem), parse_ctx(ctx)
     weights = parse_weights(weights) if not isinstance(weights, dict) else weights
     kv_allowed = set(kv) if kv else None
-    cands, excluded, used_w, notes = candidates(df, ctx, weights, card)
+    cands, excluded, used_w, notes = prepared if prepared is not None else candidates(df, ctx, weights, card)
+    notes = list(notes)
     if kv_allowed:
         unknown = kv_allowed - {c.kv for c in cands} - {e["name"].split("/")[-1] for e in excluded}
         if unknown:

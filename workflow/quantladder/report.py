@@ -526,8 +526,8 @@ def family_section(F: Figures, df: pd.DataFrame, family: str) -> str:
                              f'data-benchmark="{esc(b)}" data-metric="{esc(m)}">{svg}</figure>')
         if figs_html:
             out.append('<div class="grid">' + "".join(figs_html) + "</div>")
-        rest = [m for m in metrics if m not in plotted]
-        lines += [constant_line(brows[brows["metric"] == m], m) for m in rest if not varies(brows[brows["metric"] == m])]
+        by_metric = {m: g for m, g in brows.groupby("metric", sort=False)}
+        lines += [constant_line(by_metric[m], m) for m in metrics if m not in plotted and not varies(by_metric[m])]
         if lines:
             out.append('<ul class="constants">' + "".join(lines) + "</ul>")
         out.append(f"<details><summary>all {len(metrics)} {esc(b)} figures (table)</summary>"
@@ -942,11 +942,12 @@ def recommendation_rows(d: pd.DataFrame, card: str) -> tuple[list[list[str]], li
     answers = []
     notes: list[str] = []
     ctx = answer_ctx(d)
+    try:
+        prepared = rec.candidates(d, ctx, None, card)  # once for every budget
+    except rec.RecommendError as e:
+        return [], [str(e)]
     for gib in BUDGETS_GIB:
-        try:
-            r = rec.recommend(d, int(gib * (1 << 30)), ctx, card=card, n_runners_up=0)
-        except rec.RecommendError as e:
-            return [], [str(e)]
+        r = rec.recommend(d, int(gib * (1 << 30)), ctx, card=card, n_runners_up=0, prepared=prepared)
         notes = r.get("notes", [])
         # budgets merge when the answer and its reason are the same
         key = (r["best"]["name"], tuple(c["name"] for c in r.get("preferred_over", []))) if r["feasible"] else None
@@ -1050,7 +1051,8 @@ def card_section(F: Figures, df: pd.DataFrame, card: str) -> str:
     pts = dv.point_table(d)
     out = [f'<section class="card" id="card-{esc(card)}"><h2>Card {esc(card)}: the answer</h2>',
            f"<p class=\"meta\">{esc(names) or 'card name not recorded'} · {len(pts)} points · "
-           f"{d['family'].nunique()} families · {d['benchmark'].nunique()} benchmarks · {len(d)} rows</p>"]
+           f"{d['family'].nunique()} famil{'y' if d['family'].nunique() == 1 else 'ies'} · "
+           f"{d['benchmark'].nunique()} benchmarks · {len(d)} rows</p>"]
     flagged = d[d["status"].isin(("unanchored", "incomplete"))].groupby("status").apply(
         lambda g: g.groupby(dv.POINT).ngroups, include_groups=False) if not d.empty else {}
     if len(flagged):
