@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import REPO, embedded_ladder, fmt_table, mean_sd, tool
+from _common import REPO, embedded_ladder, fmt_table, mean_sd
 
 
 def load_note() -> str:
@@ -50,16 +50,46 @@ def load_note() -> str:
 # -- llama-batched-bench --------------------------------------------------------------------------
 
 def batched_bench_exe(tools_dir: str | None) -> str:
-    """llama-batched-bench beside the other tools, built from the same configured tree if missing."""
-    d = Path(tools_dir) if tools_dir else REPO / "build" / "llama-tools" / "bin"
-    exe = d / "llama-batched-bench"
-    if not exe.exists():
-        tool("llama-bench", tools_dir)  # makes sure the tree is configured and built
-        build = d.parent
-        r = subprocess.run(["cmake", "--build", str(build), "-j", str(os.cpu_count() or 2),
-                            "--target", "llama-batched-bench"], capture_output=True, text=True)
-        if r.returncode != 0 or not exe.exists():
-            raise SystemExit(f"could not build llama-batched-bench in {build}:\n{r.stderr[-2000:]}")
+    """llama-batched-bench, built like the workflow's other llama.cpp tools (quantladder.llama_tools:
+    the same sdist, vendored source, backend and CMake flags), cached beside them once."""
+    if tools_dir:
+        p = Path(tools_dir) / "llama-batched-bench"
+        if not p.exists():
+            raise SystemExit(f"{p} not found (--tools-dir)")
+        return str(p)
+    import shutil
+    import tarfile
+
+    from quantladder import llama_tools as lt
+    from quantladder.io import sha256_file
+
+    version, backend = lt.library_version(), lt.library_backend()
+    args = lt.cmake_args(backend)
+    root = lt.cache_root()
+    out = root / f"{lt.build_key(version, backend, args)}-batched-bench"
+    exe = out / "bin" / "llama-batched-bench"
+    if exe.is_file():
+        return str(exe)
+    sdist = lt.fetch_sdist(version, root / "sdist")
+    work = Path(tempfile.mkdtemp(prefix=".batched-bench.", dir=root))
+    try:
+        with tarfile.open(sdist) as tar:
+            tar.extractall(work, members=[m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name],
+                           filter="data")
+        src = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
+        for cmd in (["cmake", "-S", str(src), "-B", str(work / "build"), *args],
+                    ["cmake", "--build", str(work / "build"), "-j", str(os.cpu_count() or 1),
+                     "--target", "llama-batched-bench"]):
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                raise SystemExit(f"building llama-batched-bench failed ({' '.join(cmd)}):\n{r.stderr[-2000:]}")
+        (out / "bin").mkdir(parents=True, exist_ok=True)
+        shutil.copy2(work / "build" / "bin" / "llama-batched-bench", exe)
+        (out / "build.json").write_text(json.dumps({
+            "llama_cpp_python": version, "backend": backend, "cmake_args": args,
+            "sdist_sha256": sha256_file(sdist), "llama-batched-bench": sha256_file(exe)}, indent=1))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return str(exe)
 
 
