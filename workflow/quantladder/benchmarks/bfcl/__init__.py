@@ -158,21 +158,21 @@ class BFCL(Benchmark):
 
     def item_weights(self, verdicts) -> dict[str, float] | None:
         """Per-item weights of the headline row (for the paired comparison of a weighted mean)."""
-        counts: dict[str, int] = {}
-        for v in verdicts:
-            counts[v["subset"]] = counts.get(v["subset"], 0) + 1
-        w = headline_weights(counts)
+        w = _weights_of(verdicts)
         if w is None:
             return None
         return {v["item_id"]: w[v["subset"]] for v in verdicts if v["subset"] in w}
 
 
+def _weights_of(verdicts: list[dict]) -> dict[str, float] | None:
+    from collections import Counter
+
+    return headline_weights(Counter(v["subset"] for v in verdicts))
+
+
 def headline(verdicts: list[dict]) -> tuple[float, float, int] | None:
     """The headline accuracy (%), its standard error and n: a weighted mean of the 0/1 verdicts."""
-    counts: dict[str, int] = {}
-    for v in verdicts:
-        counts[v["subset"]] = counts.get(v["subset"], 0) + 1
-    w = headline_weights(counts)
+    w = _weights_of(verdicts)
     if w is None:
         return None
     used = [v for v in verdicts if v["subset"] in w]
