@@ -14,7 +14,7 @@ from quantladder import budget, generation, points  # noqa: E402
 from quantladder.benchmarks import Item  # noqa: E402
 from quantladder.engine import Engine  # noqa: E402
 from quantladder.gguf_meta import GGUFInfo  # noqa: E402
-from quantladder.io import read_json, read_jsonl, write_json, write_jsonl  # noqa: E402
+from quantladder.io import read_json, read_jsonl  # noqa: E402
 from quantladder.scriptutil import main  # noqa: E402
 
 
@@ -23,9 +23,9 @@ def run(smk):
     bench = pt.bench
     items_meta = read_json(smk.input.items_meta)
     if pt.blocked:  # the anchor gate failed on this card: generate nothing, say why
-        write_jsonl(smk.output.generations, [])
-        write_json(smk.output.meta, {"benchmark": bench.name, "blocked": True, "reason": pt.anchor.get("reason"),
-                                     "planned": items_meta["n_items"], "generated": 0, "complete": False})
+        generation.write_blocked(smk.output.generations, smk.output.meta, benchmark=bench.name,
+                                 reason=pt.anchor.get("reason"), planned=items_meta["n_items"],
+                                 items_sha256=items_meta["sha256"])
         return
     items = [Item.from_json(r) for r in read_jsonl(smk.input.item_file)]
     source = read_json(smk.input.source)

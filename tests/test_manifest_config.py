@@ -69,19 +69,20 @@ def test_bad_config_is_named(tmp_path, mutate, message):
 def test_a_generation_rule_on_a_blocked_card_writes_its_marker_and_generates_nothing(tmp_path):
     import json
 
+    from quantladder import generation
     from quantladder.points import Point
 
     def point(anchor):
         return Point(config={}, card="c", family="f", rung="Q8_0", kv="f16", benchmark="bfcl", model_path="m.gguf",
                      model_record={}, anchor=anchor)
 
-    done = tmp_path / "bfcl" / "generations.done.json"
-    gen = point({"status": "ok"}).start_generations(done)
-    assert gen == done.with_name("generations.jsonl") and gen.parent.is_dir() and not done.exists()
-
+    assert not point({"status": "ok"}).blocked and not point({"status": "unanchored"}).blocked
     failed = point({"status": "failed", "reason": "anchor 61.2 outside 84.0 ± 5"})
-    assert failed.start_generations(done, items_sha256="abc") is None
-    marker = json.loads(done.read_text())
-    assert marker == {"complete": False, "blocked": True, "reason": "anchor 61.2 outside 84.0 ± 5",
-                      "items_sha256": "abc"}
-    assert not gen.exists()
+    assert failed.blocked and failed.status[0] == "blocked"
+    gen, meta = tmp_path / "bfcl" / "generations.jsonl", tmp_path / "bfcl" / "generations.json"
+    gen.parent.mkdir()
+    generation.write_blocked(gen, meta, benchmark="bfcl", reason=failed.anchor["reason"], planned=12,
+                             items_sha256="abc")
+    assert gen.read_text() == ""
+    assert json.loads(meta.read_text()) == {"benchmark": "bfcl", "blocked": True, "reason": "anchor 61.2 outside 84.0 ± 5",
+                                            "planned": 12, "generated": 0, "complete": False, "items_sha256": "abc"}

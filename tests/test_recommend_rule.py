@@ -10,12 +10,11 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURE = Path(__file__).parent / "fixtures" / "dataset" / "points.parquet"
 
 
-def test_recommend_rule(tmp_path):
+def test_recommend_rule(tmp_path, fixture_dataset):
     (tmp_path / "results" / "cpu-test").mkdir(parents=True)
-    shutil.copy(FIXTURE, tmp_path / "results" / "cpu-test" / "points.parquet")
+    shutil.copy(fixture_dataset, tmp_path / "results" / "cpu-test" / "points.parquet")
     # the rule file needs only what rules/common.smk gives every rule: `json` and runtime_for()
     (tmp_path / "Snakefile").write_text(
         "import json\n\n\ndef runtime_for(name, default):\n    return default\n\n\n"

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from quantladder.gguf_meta import read_info
-from quantladder.measures import energy, vram
+from quantladder.measures import energy, memory, vram
 from quantladder.measures.energy import Sample
 
 from nvml_fakes import TraceReader
@@ -58,26 +58,35 @@ def test_measure_memory_catches_a_transient_peak(visible):
     assert r["method"] == ("nvml_process" if visible else "nvml_device_delta")
 
 
-def test_memory_without_nvml_is_absent_with_a_reason():
+def test_memory_without_nvml_is_absent_with_a_reason(smollm_q8):
+    """A GPU point's memory on a machine without NVML: the real measure runs the model, and its
+    peak_mem_bytes row is absent with the reason (never the RSS in its place, never zero)."""
     reader, _ = energy.nvml_reader()
     if reader is not None:
         reader.close()
         pytest.skip("this machine has a working NVML")
     r = vram.measure_memory(lambda: 42)
     assert r["value"] == 42 and r["status"] == "absent" and "NVML" in r["status_reason"]
-    rows = vram.metric_rows(r)
-    assert rows[0]["value"] is None and rows[0]["status"] == "absent" and rows[0]["unit"] == "bytes"
+    res = memory.measure(str(smollm_q8), read_info(smollm_q8), n_ctx=256, n_batch=64, gpu=True)
+    rows = {x["metric"]: x for x in memory.metric_rows(res)}
+    peak = rows["peak_mem_bytes"]
+    assert peak["value"] is None and peak["status"] == "absent" and "NVML" in peak["status_reason"]
+    assert peak["unit"] == "bytes" and "peak_over_predicted" not in rows
+    assert rows["kv_bytes_predicted"]["value"] > 0 and res["peak_rss_bytes"] > 0  # the run itself happened
 
 
 def test_rows_put_the_prediction_beside_the_measurement(smollm_q8):
     info = read_info(smollm_q8)
     kv = info.kv_bytes(4096)
-    predicted = {"weights_bytes": info.tensor_bytes, "kv_bytes": kv, "buffers_bytes": 64 * 2**20}
     total = info.tensor_bytes + kv + 64 * 2**20
-    res = {"status": "ok", "status_reason": None, "method": "nvml_process", "peak_mem_bytes": int(total * 1.1),
-           "n_samples": 50}
-    rows = {r["metric"]: r for r in vram.metric_rows(res, predicted=predicted, n_ctx=4096)}
-    assert rows["predicted_mem_bytes"]["value"] == pytest.approx(total)
+    res = {"n_ctx": 4096, "file_bytes": info.file_bytes, "weights_bytes": info.tensor_bytes,
+           "bits_per_weight": info.bits_per_weight, "n_ctx_train": info.n_ctx_train, "kv_bytes_predicted": kv,
+           "kv_bytes_allocated": kv, "compute_buffer_bytes": 64 * 2**20, "predicted_total_bytes": total,
+           "peak_mem_bytes": int(total * 1.1),
+           "probe": {"method": "nvml_process", "status": "ok", "status_reason": None, "n_samples": 50}}
+    rows = {r["metric"]: r for r in memory.metric_rows(res)}
+    assert rows["predicted_total_bytes"]["value"] == pytest.approx(total)
     assert rows["peak_over_predicted"]["value"] == pytest.approx(1.1, rel=1e-6)
     assert rows["peak_mem_bytes"]["subset"] == "nvml_process" and rows["peak_mem_bytes"]["n_ctx"] == 4096
-    assert all(r["unit"] in ("bytes", "1") for r in rows.values())
+    assert rows["n_ctx_train"]["value"] == info.n_ctx_train
+    assert all(r["unit"] in ("bytes", "1", "bits", "tokens") for r in rows.values()), {r["unit"] for r in rows.values()}
