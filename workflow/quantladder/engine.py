@@ -40,14 +40,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Generator, Sequence
 
 from .errors import ConfigError
+from .gguf_meta import CTX_PAD, KV_GGML_TYPES, padded_ctx  # noqa: F401  (the one KV table)
 
-# llama.cpp ggml_type values accepted for the KV cache (ggml/include/ggml.h).
-KV_GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
-                 "iq4_nl": 20, "bf16": 30}
-
-# llama.cpp pads the context, and with split streams each sequence's share of it, to a multiple of
-# 256 cells (llama-context.cpp: ``cparams.n_ctx = GGML_PAD(cparams.n_ctx, 256)``, and ``n_ctx_seq``).
-CTX_PAD = 256
 # Sequences one context may hold (llama.cpp's LLAMA_MAX_SEQ).
 MAX_PARALLEL = 256
 # The n_parallel the automatic choice may pick, most first.
@@ -62,11 +56,6 @@ def parse_kv(kv: str) -> tuple[str, str]:
     if len(parts) != 2 or any(p not in KV_GGML_TYPES for p in parts):
         raise ConfigError(f"KV-cache type {kv!r}: use one of {sorted(KV_GGML_TYPES)} or 'K-V' (e.g. q8_0-q4_0)")
     return parts[0], parts[1]
-
-
-def padded_ctx(n_ctx: int) -> int:
-    """The cells llama.cpp gives a sequence whose context is ``n_ctx`` (a multiple of 256)."""
-    return -(-int(n_ctx) // CTX_PAD) * CTX_PAD
 
 
 def kv_cache_bytes(info, n_ctx: int, n_parallel: int = 1, kv: str = "f16", share_prefix: bool = False) -> int:

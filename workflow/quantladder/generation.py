@@ -52,7 +52,6 @@ STORE_NAME = ".generations.store.jsonl"
 RECORD_FIELDS = ("text", "n_prompt_tokens", "n_gen_tokens", "finish_reason")
 
 
-AUTO_CHOICES = (16, 8, 4, 2, 1)
 DEFAULT_KV_BUDGET_MB = 2048
 
 
@@ -67,24 +66,18 @@ def policy_of(cfg: dict, benchmark: str) -> dict:
 
 
 def resolve_n_parallel(policy: dict, info, n_ctx: int, kv: str = "f16") -> int:
-    """The sequences decoded together. ``auto``: the most of 16, 8, 4, 2, 1 whose KV cache
-    (sequences × the per-sequence context, predicted from the GGUF's metadata) fits
-    ``kv_budget_mb``. It depends only on the architecture, the context and the budget, so every
-    rung of a family gets the same value (comparisons within a card stay like for like)."""
+    """The sequences decoded together. ``auto``: :func:`quantladder.engine.default_n_parallel`, the
+    most of 16, 8, 4, 2, 1 whose KV cache (as the engine allocates it: padded per-sequence context,
+    predicted from the GGUF's metadata) fits ``kv_budget_mb``. It depends only on the architecture,
+    the context and the budget, so every rung of a family gets the same value."""
     n = policy.get("n_parallel", "auto")
     if n != "auto":
         return max(1, int(n))
     if info is None or not n_ctx:
         return 1
-    from .engine import parse_kv
+    from .engine import default_n_parallel
 
-    k, v = parse_kv(kv)
-    per_seq = info.kv_bytes(int(n_ctx), k, v)
-    budget = int(policy.get("kv_budget_mb", DEFAULT_KV_BUDGET_MB)) << 20
-    for choice in AUTO_CHOICES:
-        if choice * per_seq <= budget:
-            return choice
-    return 1
+    return default_n_parallel(info, int(n_ctx), int(policy.get("kv_budget_mb", DEFAULT_KV_BUDGET_MB)) << 20, kv)
 
 
 def item_sha(item: Item) -> str:
@@ -315,4 +308,13 @@ def write_outputs(result: Result, generations_path: str | os.PathLike, meta_path
     write_json(meta_path, {**result.meta, **(extra or {})})
 
 
-__all__ = ["Loop", "Wave", "plan", "write_outputs", "Result", "BudgetReached", "Progress"]
+def write_blocked(generations_path: str | os.PathLike, meta_path: str | os.PathLike, *, benchmark: str,
+                  reason: str | None, planned: int, items_sha256: str | None = None) -> None:
+    """The outputs of a point whose card failed the benchmark's anchor gate: no replies, and a meta
+    file that says so and why (the score rule turns it into `blocked` rows). Nothing is generated."""
+    JsonlFile(generations_path).write([])
+    write_json(meta_path, {"benchmark": benchmark, "blocked": True, "reason": reason, "planned": planned,
+                           "generated": 0, "complete": False, "items_sha256": items_sha256})
+
+
+__all__ = ["Loop", "Wave", "plan", "write_outputs", "write_blocked", "Result", "BudgetReached", "Progress"]

@@ -21,12 +21,34 @@ FILE_TYPE_NAMES = {
     37: "TQ2_0", 38: "MXFP4_MOE", 39: "NVFP4", 40: "Q1_0", 41: "Q2_0",
 }
 
-# Bytes per element of the KV-cache types llama.cpp accepts (ggml block sizes).
-KV_TYPE_BYTES = {
-    "f32": 4.0, "f16": 2.0, "bf16": 2.0,
-    "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
-    "q5_0": 22 / 32, "q5_1": 24 / 32, "iq4_nl": 18 / 32,
+# The KV-cache types llama.cpp accepts: (ggml_type id of ggml/include/ggml.h, bytes per element from
+# the ggml block sizes). The one table: the engine's context parameters, the memory predictions and
+# the resource estimates all read it.
+KV_TYPES = {
+    "f32": (0, 4.0), "f16": (1, 2.0), "bf16": (30, 2.0),
+    "q8_0": (8, 34 / 32), "q4_0": (2, 18 / 32), "q4_1": (3, 20 / 32),
+    "q5_0": (6, 22 / 32), "q5_1": (7, 24 / 32), "iq4_nl": (20, 18 / 32),
 }
+KV_TYPE_BYTES = {name: nbytes for name, (_, nbytes) in KV_TYPES.items()}
+KV_GGML_TYPES = {name: ggml_id for name, (ggml_id, _) in KV_TYPES.items()}
+
+# llama.cpp pads the context, and with split streams each sequence's share of it, to a multiple of
+# 256 cells (llama-context.cpp: ``cparams.n_ctx = GGML_PAD(cparams.n_ctx, 256)``, and ``n_ctx_seq``).
+CTX_PAD = 256
+
+
+def padded_ctx(n_ctx: int) -> int:
+    """The cells llama.cpp gives a sequence whose context is ``n_ctx`` (a multiple of 256)."""
+    return -(-int(n_ctx) // CTX_PAD) * CTX_PAD
+
+
+def kv_bytes_per_token(n_layer: int, n_head_kv: int, head_dim_k: int, head_dim_v: int,
+                       type_k: str = "f16", type_v: str = "f16") -> float:
+    """KV-cache bytes of one cell: layers × kv_heads × (k_dim·bytes_k + v_dim·bytes_v)."""
+    for t in (type_k, type_v):
+        if t not in KV_TYPE_BYTES:
+            raise ModelFileError(f"unknown KV-cache type {t!r}; known: {sorted(KV_TYPE_BYTES)}")
+    return n_layer * n_head_kv * (head_dim_k * KV_TYPE_BYTES[type_k] + head_dim_v * KV_TYPE_BYTES[type_v])
 
 
 @dataclass
@@ -61,13 +83,9 @@ class GGUFInfo:
         For F16 this is the familiar 2 × layers × kv_heads × head_dim × 2 bytes × context.
         Sliding-window layers (Gemma 3) really hold less; the prediction is an upper bound.
         """
-        for t in (type_k, type_v):
-            if t not in KV_TYPE_BYTES:
-                raise ModelFileError(f"unknown KV-cache type {t!r}; known: {sorted(KV_TYPE_BYTES)}")
-        per_token = self.n_head_kv * (
-            self.head_dim_k * KV_TYPE_BYTES[type_k] + self.head_dim_v * KV_TYPE_BYTES[type_v]
-        )
-        return int(round(self.n_layer * n_ctx * per_token))
+        per_token = kv_bytes_per_token(self.n_layer, self.n_head_kv, self.head_dim_k, self.head_dim_v,
+                                       type_k, type_v)
+        return int(round(n_ctx * per_token))
 
 
 def _field(reader, key, default=None):

@@ -28,9 +28,6 @@ GB = 1 << 30
 
 # Host memory for loading a model: llama.cpp maps the file (page cache counts toward a job's
 # cgroup), plus compute buffers that grow with context and vocabulary.
-KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32,
-                 "q4_1": 20 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32, "iq4_nl": 18 / 32}
-
 # Memory per kind: (multiple of the model file, fixed headroom MB).
 MEM_KINDS: dict[str, tuple[float, int]] = {
     "light": (0.0, 1024),          # aggregate, curves, report, corpus
@@ -101,12 +98,12 @@ def model_bytes(input: Any) -> int:
 
 def kv_cache_bytes(info: dict, n_ctx: int, kv: str = "f16") -> int:
     """Predicted KV-cache bytes at ``n_ctx`` (0 when the model's shape is unknown)."""
+    from .gguf_meta import kv_bytes_per_token
+
     k, _, v = kv.partition("-")
-    v = v or k
-    per_token = info.get("n_head_kv", 0) * (
-        info.get("head_dim_k", 0) * KV_TYPE_BYTES.get(k, 2.0)
-        + info.get("head_dim_v", 0) * KV_TYPE_BYTES.get(v, 2.0))
-    return int(info.get("n_layer", 0) * n_ctx * per_token)
+    per_token = kv_bytes_per_token(info.get("n_layer", 0), info.get("n_head_kv", 0), info.get("head_dim_k", 0),
+                                   info.get("head_dim_v", 0), k, v or k)
+    return int(n_ctx * per_token)
 
 
 def estimate_mem_mb(kind: str, file_bytes: int, *, info: dict | None = None, n_ctx: int | None = None,
