@@ -21,12 +21,15 @@ def small_config(rungs=("Q8_0", "Q4_K_M", "Q2_K"), benchmarks_on=()) -> dict:
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     cfg = copy.deepcopy(cfg)
     fam = next(iter(cfg["families"]))
-    cfg["families"] = {fam: {**cfg["families"][fam], "rungs": list(rungs)}}
+    # the default config's other families are merged under this one by Snakemake: switched off
+    cfg["families"] = {name: ({**f, "rungs": list(rungs)} if name == fam else {**f, "enabled": False})
+                       for name, f in cfg["families"].items()}
     if "task_rungs" in cfg["families"][fam]:  # the benchmarks run on the rungs kept, or on none
         kept = [r for r in cfg["families"][fam]["task_rungs"] if r in rungs]
         cfg["families"][fam]["task_rungs"] = kept or list(rungs)
     cfg["threads"] = 2
-    cfg["measures"]["perplexity"].update({"n_ctx": 256, "n_batch": 1024, "max_chunks": 4})
+    ppl = cfg["measures"]["perplexity"]
+    ppl.update({"n_ctx": 256, "n_batch": 1024, "max_chunks": 4, "corpora": [ppl["corpus"]]})
     cfg["measures"]["speed"].update({"n_prompt": 64, "n_gen": 16, "repetitions": 2})
     cfg["measures"]["memory"].update({"n_ctx": 512})
     for name, section in (cfg.get("benchmarks") or {}).items():

