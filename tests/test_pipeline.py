@@ -155,3 +155,123 @@ def test_adding_a_rung_reuses_the_stored_reference(run):
     jobs = planned_jobs(r.stdout)
     assert not any(rule in ("reference_logits", "reference_rung") for rule, _ in jobs), jobs
     assert {wc.get("rung") for rule, wc in jobs if "rung" in wc} == {"Q5_K_M"}
+
+
+# -- task benchmarks through the real pipeline ---------------------------------------------------
+
+BFCL_AST = ["simple_python", "simple_java", "simple_javascript", "multiple", "parallel", "parallel_multiple",
+            "live_simple", "live_multiple", "live_parallel", "live_parallel_multiple"]
+
+
+@pytest.fixture(scope="module")
+def task_run(tmp_path_factory, repo_root):
+    """Two rungs with HumanEval and BFCL on (one item per AST category: its headline needs them all)."""
+    import shutil
+
+    work = tmp_path_factory.mktemp("tasks")
+    wheel = repo_root / "resources" / "benchmarks" / "bfcl" / "wheel"
+    if wheel.is_dir():  # the source rule downloads it otherwise (pip download, the package index)
+        shutil.copytree(wheel, work / "resources" / "benchmarks" / "bfcl" / "wheel")
+    cfg = small_config(rungs=("Q8_0", "Q2_K"), benchmarks_on=("humaneval", "bfcl"))
+    cfg["measures"]["energy"]["enabled"] = False
+    cfg["generation"] = {"n_parallel": 4}
+    cfg["benchmarks"]["humaneval"].update({"limit": 2, "max_new_tokens": 48})
+    cfg["benchmarks"]["bfcl"].update({"categories": BFCL_AST, "limit": 1, "limits": {}, "max_tokens": 32,
+                                      "n_ctx": 4096})
+    cfg_path = write_config(work, cfg)
+    label = card.label()
+    r = snakemake(work, f"results/{label}/points.parquet", config=cfg_path, timeout=5400)
+    return work, cfg, cfg_path, label, r
+
+
+def test_task_points_have_their_headlines_flips_and_noise_floor(task_run):
+    work, _, _, label, _ = task_run
+    df = pd.read_parquet(work / f"results/{label}/points.parquet")
+    head = df[(df["benchmark"] == "bfcl") & (df["metric"] == "accuracy") & df["subset"].isna()]
+    assert set(head["rung"]) == {"F16", "Q8_0", "Q2_K"} and head["value"].notna().all()
+    assert set(df[(df["metric"] == "pass_at_1") & df["subset"].isna()]["rung"]) == {"F16", "Q8_0", "Q2_K"}
+    flips = df[(df["metric"] == "flip_rate") & df["subset"].isna()]
+    assert set(zip(flips["benchmark"], flips["rung"])) == {(b, r) for b in ("bfcl", "humaneval") for r in ("Q8_0", "Q2_K")}
+    noise = df[df["metric"] == "noise_identical_share"]
+    assert set(noise["benchmark"]) == {"bfcl", "humaneval"} and set(noise["rung"]) == {"F16"}
+    npar = df[df["metric"] == "n_parallel"]
+    assert set(npar["value"]) == {4.0}  # the points; the noise series ran at 1 (not a dataset point)
+    gen = work / f"results/{label}/noise/{FAMILY}/F16/f16/bfcl/generations.json"
+    assert json.loads(gen.read_text())["n_parallel"] == 1
+
+
+def test_recommend_weighs_bfcl_on_the_real_dataset(task_run):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    work, _, _, label, _ = task_run
+    exe = Path(sys.executable).with_name("quantladder")
+    p = subprocess.run([str(exe), "recommend", "--mem", "8GiB", "--ctx", "2048", "--dataset",
+                        str(work / f"results/{label}/points.parquet"), "--card", label, "--json"],
+                       capture_output=True, text=True, check=True)
+    r = json.loads(p.stdout)
+    assert r["request"]["weights"].get("bfcl", 0) > 0
+    for cand in [r["best"]] + r["runners_up"]:
+        assert cand["scores"]["bfcl"]["metric"] == "accuracy" and cand["scores"]["bfcl"]["value"] is not None
+
+
+def test_a_scoring_setting_replans_score_jobs_only(task_run):
+    work, cfg, _, label, _ = task_run
+    changed = json.loads(json.dumps(cfg))
+    changed["benchmarks"]["humaneval"]["timeout_s"] = 7.5
+    p = work / "timeout.yaml"
+    p.write_text(yaml.safe_dump(changed))
+    jobs = planned_jobs(snakemake(work, "-n", f"results/{label}/points.parquet", config=p).stdout)
+    rules = {rule for rule, _ in jobs}
+    assert "generate" not in rules and "score" in rules, jobs
+    scored = {(wc["series"], wc["rung"]) for rule, wc in jobs if rule == "score"}
+    assert scored == {("points", "F16"), ("points", "Q8_0"), ("points", "Q2_K"), ("noise", "F16")}
+    assert all(wc["task"] == "humaneval" for rule, wc in jobs if rule == "score")
+
+
+def test_a_generation_setting_replans_generation_and_scoring_of_every_rung(task_run):
+    work, cfg, _, label, _ = task_run
+    changed = json.loads(json.dumps(cfg))
+    changed["benchmarks"]["humaneval"]["max_new_tokens"] = 40
+    p = work / "tokens.yaml"
+    p.write_text(yaml.safe_dump(changed))
+    jobs = planned_jobs(snakemake(work, "-n", f"results/{label}/points.parquet", config=p).stdout)
+    for rule in ("generate", "score"):
+        got = {(wc["series"], wc["rung"], wc["task"]) for r, wc in jobs if r == rule}
+        assert got == {("points", "F16", "humaneval"), ("points", "Q8_0", "humaneval"),
+                       ("points", "Q2_K", "humaneval"), ("noise", "F16", "humaneval")}, (rule, jobs)
+
+
+def test_the_report_of_the_real_task_run_states_verdicts_intervals_and_the_plan(task_run, tmp_path):
+    """The report of the real run (not a fixture), opened in Chromium: each rung's row in the answer
+    table carries its paired verdicts with their intervals, and the plan and noise floor are stated."""
+    import re
+
+    from browser import Browser
+
+    from quantladder import cli
+    from quantladder import dataset_view as dv
+
+    work, _, _, label, _ = task_run
+    points = work / f"results/{label}/points.parquet"
+    html = tmp_path / "report.html"
+    assert cli.main(["report", str(points), str(html), "--card", label]) == 0
+    df = dv.load(points)
+    q2 = df[(df["rung"] == "Q2_K") & df["verdict"].notna()]
+    # every paired headline has its verdict: per item (pass@1, BFCL) and per token (KLD, same top)
+    assert {"pass_at_1", "accuracy", "kld_mean", "same_top_token"} <= set(q2["metric"])
+    assert q2["delta_ci_low"].le(q2["delta"]).all() and q2["delta"].le(q2["delta_ci_high"]).all()
+    with Browser() as b:
+        b.open(html)
+        assert b.console() == []
+        cells = b.js("""return [...document.querySelectorAll('section.answer table[id^=table-answer] tbody tr')]
+            .filter(r => r.cells[0].textContent.startsWith('Q2_K'))
+            .map(r => [...r.cells].map(c => [c.textContent, [...c.querySelectorAll('.verdict')].map(v => v.title)]))""")
+        lines = b.js("return [...document.querySelectorAll('section.answer li')].map(l => l.textContent)")
+    assert len(cells) == 1
+    titles = [t for _, ts in cells[0] for t in ts]
+    assert len(titles) >= 3 and set(titles) <= set(q2[q2["subset"].isna()]["verdict_text"])
+    assert any(re.search(r"Δ [-+]?[0-9.]+ \([-+]?[0-9.e-]+…[-+]?[0-9.e-]+\)", c) for c, _ in cells[0])
+    assert any(x.startswith("Items to detect a 2-point loss") for x in lines)
+    assert any(x.startswith("Noise floor") for x in lines)
