@@ -424,3 +424,166 @@ def test_statistics_doc_pandas_example_runs(fixture_dataset, capsys):
     out = capsys.readouterr().out
     assert "loss within noise" in out and "no loss detectable" in out and "items_needed" not in out
     assert "1749.0" in out  # big/Q4_K_M's bfcl: a 2-point loss at 5 % flips, Holm over 12
+
+
+# -- each rung's identity and the importance-matrix findings (the fixture's `tiny` family: make_fixture.build(ladder=True))
+
+def _make_fixture():
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures" / "dataset"))
+    try:
+        import make_fixture
+    finally:
+        sys.path.pop(0)
+    return make_fixture
+
+
+@pytest.fixture(scope="module")
+def ladder(tmp_path_factory):
+    """(make_fixture, the dataset with the `tiny` family, the browser on its cpu-test report, its console log)."""
+    mf = _make_fixture()
+    src = mf.build(tmp_path_factory.mktemp("ladder-dataset"), ladder=True)
+    out = tmp_path_factory.mktemp("ladder-report") / "report.html"
+    report.build(src, out, card="cpu-test")
+    with Browser(width=1366, height=900) as b:
+        b.open(out)
+        log = b.console()
+        b.js("document.querySelectorAll('details').forEach(d => d.open = true)")
+        yield mf, src, b, log
+
+
+def _rows(b, table_id):
+    return b.js(f"""return [...document.querySelectorAll('#{table_id} tbody tr')].map(
+        r => [...r.cells].map(c => c.textContent))""")
+
+
+def _mix(text: str) -> list[tuple[str, float, int]]:
+    """'Q5_0 58 %, F32 0.03 %' -> [(type, share, decimals shown)]."""
+    out = []
+    for part in text.split(", "):
+        t, pct, unit = part.split(" ")
+        assert unit == "%", text
+        out.append((t, float(pct), len(pct.split(".")[1]) if "." in pct else 0))
+    return out
+
+
+def _assert_mix(text: str, params: dict):
+    total = sum(params.values())
+    shown = _mix(text)
+    # largest first, every type the file holds, each share as measured (to the digits shown)
+    assert [t for t, _, _ in shown] == sorted(params, key=lambda t: (-params[t], t)), text
+    for t, pct, dec in shown:
+        assert abs(pct - 100 * params[t] / total) <= 0.5 * 10 ** -dec + 1e-9, (t, text)
+
+
+def test_ladder_report_has_no_console_errors(ladder):
+    *_, log = ladder
+    assert log == [], f"browser console: {log}"
+
+
+def test_rungs_table_shows_how_each_rung_was_made(ladder):
+    from quantladder import ladder as qladder
+
+    mf, _, b, _ = ladder
+    heads = b.js("return [...document.querySelectorAll('#table-rungs-tiny th')].map(c => c.textContent)")
+    assert heads[:6] == ["rung", "file type", "bits per weight (bits)", "size", "importance matrix", "recipe"]
+    assert heads[6].startswith("tensor mix")
+    rows = {r[0].replace(" (reference)", ""): r for r in _rows(b, "table-rungs-tiny")}
+    rungs = list(dict.fromkeys(r for r, *_ in mf.LADDER_POINTS))
+    # one row per rung (not per KV type), largest bits per weight first
+    assert list(rows) == sorted(rungs, key=lambda r: -mf.tiny_bits_per_weight(r))
+    settings = mf.IMATRIX_SETTINGS
+    for rung in rungs:
+        rec = mf.tiny_record(rung)
+        _, ftype, bpw, size, im, recipe, mix = rows[rung]
+        if rung == "F16":
+            assert ftype == "F16" and im == "none" and recipe == "none"
+        else:
+            plan = qladder.plan(mf.LADDER_CONFIG, "tiny", rung)
+            assert ftype == plan["type"]  # Q4_K_M-imat is a Q4_K_M file; the recipe's file is IQ2_XXS
+            assert im == (f"{plan['imatrix']['corpus']} (n_ctx {settings['n_ctx']}, {settings['chunks']} chunks)"
+                          if plan["imatrix"] else "none")
+            assert recipe == (plan["recipe"] or "none")
+        assert bpw == f"{mf.tiny_bits_per_weight(rung):.2f} bits"
+        assert size == dv.fmt_bytes(rec["info"]["file_bytes"])
+        _assert_mix(mix, mf.TINY_MIX[rung])
+    # the matrix is what tells the two Q4_K_M rungs apart; the auto rule gives the IQ types one
+    assert rows["Q4_K_M"][4] == "none" and rows["Q4_K_M-imat"][4].startswith(mf.CALIBRATION)
+    assert rows["IQ2_XXS"][4].startswith(mf.CALIBRATION) and rows["Q2_K"][4] == "none"
+    # 576-wide tensors fall back: on tiny, "Q4_K_M" is mostly another type than Q4_K
+    assert _mix(rows["Q4_K_M"][6])[0][0] == max(mf.TINY_MIX["Q4_K_M"], key=mf.TINY_MIX["Q4_K_M"].get) != "Q4_K"
+    # the chat families' rungs: their own mix, no matrix, no recipe
+    big = {r[0].replace(" (reference)", ""): r for r in _rows(b, "table-rungs-big")}
+    assert set(big) == set(mf.MAIN_MIX)
+    for rung, r in big.items():
+        assert r[1] == rung and r[4] == "none" and r[5] == "none"
+        _assert_mix(r[6], {t: mf.N_PARAMS["big"] * pct // 100 for t, pct in mf.MAIN_MIX[rung].items()})
+
+
+def test_a_base_model_is_said_to_be_one(ladder):
+    mf, src, b, _ = ladder
+    notes = b.js("""return [...document.querySelectorAll('p.base-model')].map(
+        p => [p.dataset.family, p.closest('section.answer') !== null, p.textContent])""")
+    assert sorted((f, in_answer) for f, in_answer, _ in notes) == [("tiny", False), ("tiny", True)]
+    df = dv.load(src)
+    chat = sorted(set(df[df.family == "big"].benchmark) - {"perplexity", "memory", "speed", "energy"})
+    for _, _, text in notes:
+        assert "a base model" in text and "families.tiny.chat: false" in text
+        assert all(bm in text for bm in chat), text
+
+
+def test_findings_pair_rungs_by_file_type_and_matrix(ladder):
+    import math
+
+    mf, _, b, _ = ladder
+    heads = b.js("return [...document.querySelectorAll('#table-findings-cpu-test th')].map(c => c.textContent)")
+    assert "unpaired" in heads[-1] and "√(se₁² + se₂²)" in heads[-1]
+    title = b.js("return document.querySelector('#findings-cpu-test').textContent")
+    assert "mean KLD" in title and "unpaired" in title
+    how = b.js("return document.querySelector('#table-findings-cpu-test').closest('.tablewrap').nextElementSibling.textContent")
+    assert "per-token values" in how and "not listed" in how
+    got = _rows(b, "table-findings-cpu-test")
+    pts = {(r, kv): (kld, err) for r, kv, _, kld, err, *_ in mf.LADDER_POINTS}
+    # from the ladder's inputs: every (with a matrix, without) pair of plain file types on one KV type;
+    # IQ2_XXS-attn8 (a recipe) is in no pair
+    expected = []
+    for kv in ("f16", "q8_0"):
+        for what, a, c in (("IQ2_XXS with a matrix vs Q2_K without", "IQ2_XXS", "Q2_K"),
+                           ("Q4_K_M with a matrix vs Q4_K_M without", "Q4_K_M-imat", "Q4_K_M")):
+            if (a, kv) in pts and (c, kv) in pts:
+                expected.append((kv, what, a, c))
+    assert [(r[1], r[3], r[4].split(mf.CALIBRATION)[0], r[6].split("no matrix")[0]) for r in got] == expected
+    assert len(expected) == 3
+    for r, (kv, _, a, c) in zip(got, expected):
+        (ka, ea), (kc, ec) = pts[(a, kv)], pts[(c, kv)]
+        assert r[0] == "tiny" and r[2] == f"{mf.KLD_CORPUS} · n_ctx 512"
+        assert r[4] == a + f"{mf.CALIBRATION} (n_ctx 512, {mf.IMATRIX_SETTINGS['chunks']} chunks)"
+        assert r[6] == c + "no matrix"
+        assert r[5] == dv.fmt_value(ka, ea, "nats") and r[7] == dv.fmt_value(kc, ec, "nats")
+        d, se = ka - kc, math.hypot(ea, ec)
+        assert r[8] == (f"{dv.fmt_value(d, se, 'nats')} (95 % CI {dv.fmt_value(d - 1.959964 * se)}…"
+                        f"{dv.fmt_value(d + 1.959964 * se)} nats)")
+
+
+def test_findings_leave_out_recipes_and_prebuilt_files(ladder):
+    from quantladder import dataset
+
+    mf, src, _, _ = ladder
+    df = dv.load(src)
+    pairs = report.findings(df[df.card == "cpu-test"])
+    assert "IQ2_XXS-attn8" not in set(pairs.rung_a)  # a recipe changes more than the matrix
+    # a prebuilt Q4_K_M (its maker's matrix unknown) is neither "with" nor "without" a matrix
+    df.loc[(df.family == "tiny") & (df.rung == "Q4_K_M"), "imatrix"] = dataset.IMATRIX_UNKNOWN
+    after = report.findings(df[df.card == "cpu-test"])
+    assert len(after) == len(pairs) - len(pairs[pairs.rung_b == "Q4_K_M"]) and "Q4_K_M" not in set(after.rung_b)
+
+
+def test_findings_without_pairs_say_so(page):
+    b, _ = page
+    note = b.js("return document.querySelector('#findings-none').textContent")
+    assert "No such pair of rungs" in note
+    assert b.js("return document.querySelectorAll('#table-findings-cpu-test').length") == 0
+    # every family section has its rungs table, and neither chat family is called a base model
+    assert b.js("return document.querySelectorAll('table[id^=table-rungs-]').length") == 2
+    assert b.js("return document.querySelectorAll('p.base-model').length") == 0

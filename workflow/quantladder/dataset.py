@@ -38,6 +38,15 @@ COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("bits_per_weight", pa.float64(), "tensor bits / parameters of the rung's GGUF (bits)"),
     ("file_bytes", pa.int64(), "size of the rung's GGUF file (bytes)"),
     ("n_params", pa.int64(), "parameters in the GGUF (count)"),
+    # How the rung was made (the manifest's `model` section, from the rung's sidecar: docs/ladder.md)
+    ("file_type", pa.string(), "the GGUF's own file type (`general.file_type`: Q4_K_M, IQ2_XXS, F16, ...)"),
+    ("tensor_mix", pa.string(), "share of the parameters per ggml tensor type, largest first (\"Q5_0 58 %, Q8_0 "
+     "22 %, F32 0.03 %\"): the real mix, fallbacks included; null when unknown"),
+    ("imatrix", pa.string(), "the importance matrix the rung was made with: calibration corpus and settings "
+     "(\"stdlib-docstrings (n_ctx 512, 32 chunks)\"), or the file name of one made elsewhere; \"unknown (prebuilt "
+     "file)\" for a third-party file, whose maker's matrix is not recorded; null: made without a matrix"),
+    ("recipe", pa.string(), "the tensor-type recipe's name (quantize.recipes); a recipe without a name (a built-in "
+     "FP4 rung, per-rung tensor types) as its rules; null: the file type's own mixture"),
     ("gguf_sha256", pa.string(), "sha256 of the rung's GGUF"),
     ("manifest_hash", pa.string(), "hash of the point's manifest spec (decides validity)"),
     ("harness_version", pa.string(), "quantladder harness version"),
@@ -63,6 +72,8 @@ COLUMNS: list[tuple[str, pa.DataType, str]] = [
 SCHEMA = pa.schema([pa.field(n, t) for n, t, _ in COLUMNS])
 
 STATUSES = status.ORDER
+# The `imatrix` of a prebuilt rung: made by a third party, with or without a matrix (not recorded).
+IMATRIX_UNKNOWN = "unknown (prebuilt file)"
 
 
 def metric_row(metric: str, value, unit: str, *, stderr=None, n=None, subset=None, n_ctx=None,
@@ -80,12 +91,88 @@ def metric_row(metric: str, value, unit: str, *, stderr=None, n=None, subset=Non
     return r
 
 
+def _share(pct: float) -> str:
+    """A share in % as the tensor mix shows it: whole percent from 10 %, one decimal from 1 %, one
+    significant digit below; never rounded up to 100 % or down to 0 %."""
+    if pct >= 10:
+        d = 0
+    elif pct >= 1:
+        d = 1
+    elif pct > 0:
+        d = min(6, max(1, -math.floor(math.log10(pct))))
+    else:
+        return "0"
+    text = f"{pct:.{d}f}"
+    while 0 < pct < 100 and float(text) >= 100 and d < 6:  # 99.7 is not 100
+        d += 1
+        text = f"{pct:.{d}f}"
+    return text
+
+
+def tensor_mix(params: dict | None) -> str | None:
+    """"Q5_0 58 %, Q8_0 22 %, F32 0.03 %": the share of the parameters each ggml type holds
+    (``model.tensor_type_params``), largest first; None when the manifest does not record it."""
+    if not params:
+        return None
+    total = sum(int(v) for v in params.values())
+    if total <= 0:
+        return None
+    order = sorted(params.items(), key=lambda kv: (-int(kv[1]), kv[0]))
+    return ", ".join(f"{t} {_share(100 * int(n) / total)} %" for t, n in order)
+
+
+def imatrix_label(im: dict | None) -> str | None:
+    """"stdlib-docstrings (n_ctx 512, 32 chunks)": the calibration corpus and the settings of the
+    rung's importance matrix (the imatrix rule's sidecar, ``model.imatrix``); a matrix made elsewhere
+    by its file name; None without a matrix."""
+    if not im:
+        return None
+    corpus = im.get("corpus")
+    name = corpus.get("name") if isinstance(corpus, dict) else corpus
+    if not name:
+        f = im.get("file")
+        sha = im.get("sha256")
+        return f"{Path(f).name if f else 'a matrix'} (made elsewhere" + (f", sha256 {sha[:12]})" if sha else ")")
+    s = im.get("settings") or {}
+    parts = []
+    if s.get("n_ctx") is not None:
+        parts.append(f"n_ctx {int(s['n_ctx'])}")
+    if s.get("chunks") is not None:
+        ran = im.get("chunk_count")
+        parts.append(f"{int(s['chunks'])} chunks" if not ran or int(ran) == int(s["chunks"])
+                     else f"{int(ran)} of {int(s['chunks'])} chunks")
+    if s.get("process_output"):
+        parts.append("output.weight included")
+    if s.get("parse_special"):
+        parts.append("special tokens parsed")
+    return f"{name} ({', '.join(parts)})" if parts else str(name)
+
+
+def recipe_label(name: str | None, recipe: dict | None) -> str | None:
+    """The recipe's name; a recipe without one by its rules ("Q8_0; ^blk\\.\\d+\\..*\\.weight$ → NVFP4");
+    None when the rung is its file type's own mixture."""
+    if name:
+        return str(name)
+    if not recipe:
+        return None
+    rules = [f"{p} → {t}" for p, t in recipe.get("tensor_types") or []]
+    for key, what in (("token_embedding_type", "token_embd"), ("output_tensor_type", "output")):
+        if recipe.get(key):
+            rules.append(f"{what} → {recipe[key]}")
+    if recipe.get("pure"):
+        rules.append("pure")
+    if not rules:
+        return None
+    return "; ".join([str(recipe["type"])] * bool(recipe.get("type")) + rules)
+
+
 def rows_from_point(metrics_path: str | Path, manifest_path: str | Path | None = None) -> list[dict]:
     """Flatten one point's metrics.json (+ its manifest) into dataset rows."""
     m = read_json(metrics_path)
     man = read_json(manifest_path) if manifest_path else m.get("manifest", {})
     point = man.get("point", {})
     model = man.get("model", {})
+    asked = model.get("quantize_options") or {}
     lib = man.get("library", {})
     card = man.get("card", {})
     base = {
@@ -96,6 +183,11 @@ def rows_from_point(metrics_path: str | Path, manifest_path: str | Path | None =
         "status_reason": m.get("status_reason"),
         "bits_per_weight": model.get("bits_per_weight"), "file_bytes": model.get("file_bytes"),
         "n_params": model.get("n_params"), "gguf_sha256": model.get("sha256"),
+        "file_type": model.get("file_type"), "tensor_mix": tensor_mix(model.get("tensor_type_params")),
+        # what was made (the rung's sidecar); a manifest from before it was recorded: what was asked for
+        "imatrix": (IMATRIX_UNKNOWN if model.get("rung_kind") == "prebuilt" and not model.get("imatrix") else
+                    imatrix_label(model["imatrix"] if "imatrix" in model else asked.get("imatrix"))),
+        "recipe": recipe_label(model.get("recipe_name") or asked.get("recipe"), model.get("recipe")),
         "manifest_hash": man.get("spec_hash"), "harness_version": man.get("harness_version"),
         "llama_cpp_python": lib.get("llama_cpp_python"), "libllama_sha256": lib.get("libllama_sha256"),
         "card_name": card.get("name"), "card_fingerprint": card.get("fingerprint"),

@@ -5,10 +5,13 @@ writes one HTML file with inline SVG plots (matplotlib, text kept as text) and n
 JS/CSS. Each card opens with **the answer**, on one screen and without plots: per family and rung
 the headline figures, their paired deltas against the reference with 95 % intervals and verdicts
 (the dataset's ``delta*``/``verdict*`` columns, quantladder.deltas), the noise floor, the items a
-2-point loss needs (quantladder.plan) and the recommendation at common memory budgets
-(quantladder.recommend); a headline that does not vary along the ladder is one line. Below: status
-of every benchmark (anchor gate), flips beside the noise floor, then, folded, the plots — headline
-figures against bits per weight per family and across families, Pareto fronts of the paired quality
+2-point loss needs (quantladder.plan), the recommendation at common memory budgets
+(quantladder.recommend) and the findings about importance matrices (IQ2_XXS with a matrix vs Q2_K
+without, Q4_K_M with vs without: mean KLD, pairs found from the rungs' ``file_type`` and ``imatrix``);
+a headline that does not vary along the ladder is one line, a base model (no chat benchmark) is said
+so. Below: status of every benchmark (anchor gate), flips beside the noise floor, then, folded,
+each family's rungs as made (file type, matrix, recipe, the share of parameters per tensor type),
+the plots — headline figures against bits per weight per family and across families, Pareto fronts of the paired quality
 figures against memory, tokens/s and joules per token — where a figure that does not vary is one
 line instead of a plot, every figure's table with its paired Δ, degenerate loops, manifests, and —
 when the dataset holds other cards — the cross-card view (identical generations, deltas), which
@@ -32,6 +35,7 @@ from . import dataset_view as dv
 from . import deltas
 from . import metrics as qmetrics
 from . import status as qstatus
+from .dataset import IMATRIX_UNKNOWN
 from .errors import DataError
 from .io import atomic_path
 
@@ -498,9 +502,69 @@ def values_table(df: pd.DataFrame, family: str, benchmark: str) -> str:
                   "paired Δ vs the reference · verdict", "status"], rows, f"table-values-{family}-{benchmark}", classes)
 
 
+def rungs_table(df: pd.DataFrame, family: str) -> str:
+    """Per rung: what the file is — its own file type, bits per weight, size, the importance matrix and
+    the recipe it was made with, and the share of its parameters per tensor type (the dataset's rung
+    identity columns)."""
+    fam = df[df["family"] == family]
+    pts = dv.point_table(fam).drop_duplicates("rung")
+    ident = fam.groupby("rung", dropna=False)[["file_type", "tensor_mix", "imatrix", "recipe"]].first()
+    rows = []
+    for _, p in pts.iterrows():
+        i = ident.loc[p["rung"]] if p["rung"] in ident.index else pd.Series(dtype=object)
+
+        def val(c, none):
+            v = i.get(c)
+            return none if _isnan(v) or v == "" else esc(v)
+
+        rows.append([esc(p["rung"]) + (" <small>(reference)</small>" if p["is_reference"] else ""),
+                     val("file_type", "not recorded"),
+                     "—" if _isnan(p["bits_per_weight"]) else f"{p['bits_per_weight']:.2f} bits",
+                     esc(dv.fmt_bytes(p["file_bytes"])), val("imatrix", "none"), val("recipe", "none"),
+                     val("tensor_mix", "not recorded")])
+    return table(["rung", "file type", "bits per weight (bits)", "size", "importance matrix", "recipe",
+                  "tensor mix <small>(share of the parameters per tensor type)</small>"], rows,
+                 f"table-rungs-{family}",
+                 caption="What each rung's file holds (its manifest): a K or IQ type cannot hold a row whose width "
+                         "is not a multiple of its 256-weight block, and llama.cpp puts such tensors in another "
+                         "type, so the tensor mix, not the rung's name, says what was measured (docs/ladder.md).")
+
+
+def chat_benchmarks_missing(df: pd.DataFrame, family: str) -> list[str]:
+    """The chat benchmarks (those that need a chat template) other families of the card ran and this
+    family has no row of, when it has perplexity rows: a base model (``chat: false``), which the
+    pipeline does not give a chat benchmark (quantladder.config.task_runs_for). Empty otherwise."""
+    from . import benchmarks as qbench
+    from .errors import ConfigError
+
+    def needs_chat(b: str) -> bool:
+        try:
+            return bool(qbench.get(b).needs_chat)
+        except ConfigError:  # a measure, or a benchmark this build does not know
+            return False
+
+    have = set(df[df["family"] == family]["benchmark"])
+    chat = [b for b in dv.task_benchmarks(df) if needs_chat(b)]
+    if "perplexity" not in have or not chat or have & set(chat):
+        return []
+    return chat
+
+
+def base_model_note(df: pd.DataFrame, family: str) -> str:
+    missing = chat_benchmarks_missing(df, family)
+    if not missing:
+        return ""
+    return (f'<p class="note base-model" data-family="{esc(family)}">No chat benchmarks for {esc(family)}: a base '
+            f"model (<code>families.{esc(family)}.chat: false</code>) takes no chat template, so the other "
+            f"families' chat benchmarks ({esc(', '.join(missing))}) do not apply; its quality here is its perplexity "
+            "and its KLD against its reference.</p>")
+
+
 def family_section(F: Figures, df: pd.DataFrame, family: str) -> str:
     fam = df[df["family"] == family]
     out = [f'<section class="family" id="family-{esc(family)}"><h3>{esc(family)}</h3>']
+    out.append(base_model_note(df, family))
+    out.append(f'<h4 id="{esc(family)}-rungs">Rungs</h4>' + rungs_table(df, family))
     out.append("<h4>Points</h4>" + points_table(df, family))
     figs = dv.figures(fam)
     benches = [b for b in dv.task_benchmarks(fam)] + [b for b in dv.COST_BENCHMARKS if (fam["benchmark"] == b).any()]
@@ -861,7 +925,7 @@ def _plan_line(res: dict | None, family: str) -> str:
             f"({head}): " + "; ".join(parts) + ".</li>")
 
 
-def answer_family(fam: pd.DataFrame, family: str, plan_res: dict | None) -> str:
+def answer_family(fam: pd.DataFrame, family: str, plan_res: dict | None, d_card: pd.DataFrame | None = None) -> str:
     pts = dv.point_table(fam)
     ref = pts[pts["is_reference"].astype(bool)]
     ref_rung = ref["rung"].iloc[0] if not ref.empty else None
@@ -916,6 +980,7 @@ def answer_family(fam: pd.DataFrame, family: str, plan_res: dict | None) -> str:
                                    + (f"; Holm over its {m} headline comparisons" if m else "") + "</small>"
                                    if ref_rung else "") + "</h3>"]
     out.append(table(heads, body, f"table-answer-{family}", classes))
+    out.append(base_model_note(d_card, family) if d_card is not None else "")
     lines = [constant_line(rows, f"{b} {label}", _verdict_summary(rows)) for b, label, rows in constant]
     lines += [x for x in (_noise_line(fam), _plan_line(plan_res, family)) if x]
     if lines:
@@ -990,7 +1055,7 @@ def answer_section(d: pd.DataFrame, card: str) -> str:
            "(α = 0.05; docs/statistics.md). Per-token figures (perplexity, KLD) use their per-token standard error. "
            "Hover a verdict for its words.</p>"]
     for fam in sorted(d["family"].dropna().unique()):
-        out.append(answer_family(d[d["family"] == fam], fam, plan_res))
+        out.append(answer_family(d[d["family"] == fam], fam, plan_res, d))
     rows, notes = recommendation_rows(d, card)
     out.append(f'<h3 id="recommend-{esc(card)}">Which point to run, at a few memory budgets '
                f"<small>(context {answer_ctx(d)} tokens; equal weights over the task benchmarks; "
@@ -999,8 +1064,89 @@ def answer_section(d: pd.DataFrame, card: str) -> str:
         out.append(table(["memory budget", "run", "score", "predicted memory", "its paired deltas · why"], rows,
                          f"table-recommend-{card}"))
     out += [f'<p class="note">{esc(n)}</p>' for n in notes]
+    out.append(findings_section(d, card))
     out.append("</section>")
     return "".join(out)
+
+
+# The findings about importance matrices: (what is compared, (file type, made with a matrix) of the
+# first rung, and of the rung it is compared with).
+FINDINGS = (
+    ("IQ2_XXS with a matrix vs Q2_K without", ("IQ2_XXS", True), ("Q2_K", False)),
+    ("Q4_K_M with a matrix vs Q4_K_M without", ("Q4_K_M", True), ("Q4_K_M", False)),
+)
+Z95 = 1.959964
+
+
+def findings(d: pd.DataFrame) -> pd.DataFrame:
+    """The pairs of FINDINGS among the points of one card: per family, KV type, corpus and context,
+    every rung of the first kind against every rung of the second, found from the rungs' ``file_type``
+    and ``imatrix`` columns (rungs made here from plain file types only: a recipe changes more than the
+    matrix, and a prebuilt file's matrix is unknown). The mean
+    KLD against the reference (the whole-set row where there is one, else each corpus's row) of both,
+    and their difference with the unpaired standard error √(se_a² + se_b²)."""
+    k = dv.figures(d[(d["benchmark"] == "perplexity") & (d["metric"] == "kld_mean")])
+    k = k[k["recipe"].isna() & k["file_type"].notna() & (k["imatrix"] != IMATRIX_UNKNOWN)]  # made here, plain
+    per_family = []
+    for _, g in k.groupby("family", sort=True):  # as the answer picks a family's KLD column(s)
+        w = dv.whole(g)
+        per_family.append(w if not w.empty else g)
+    k = pd.concat(per_family) if per_family else k
+    out = []
+    for (fam, kv, subset, nctx), g in k.groupby(["family", "kv", "subset", "n_ctx"], dropna=False, sort=True):
+        for what, (ta, ma), (tb, mb) in FINDINGS:
+            a_rows = g[(g["file_type"] == ta) & (g["imatrix"].notna() == ma)]
+            b_rows = g[(g["file_type"] == tb) & (g["imatrix"].notna() == mb)]
+            for _, a in a_rows.iterrows():
+                for _, b in b_rows.iterrows():
+                    diff = float(a["value"]) - float(b["value"])
+                    se = (math.sqrt(float(a["stderr"]) ** 2 + float(b["stderr"]) ** 2)
+                          if not (_isnan(a["stderr"]) or _isnan(b["stderr"])) else None)
+                    out.append({"family": fam, "kv": kv, "subset": None if _isnan(subset) else subset,
+                                "n_ctx": None if _isnan(nctx) else int(nctx), "comparison": what, "unit": a["unit"],
+                                "rung_a": a["rung"], "imatrix_a": a["imatrix"], "kld_a": float(a["value"]),
+                                "stderr_a": a["stderr"], "status_a": a["status"],
+                                "rung_b": b["rung"], "imatrix_b": b["imatrix"], "kld_b": float(b["value"]),
+                                "stderr_b": b["stderr"], "status_b": b["status"], "diff": diff, "diff_stderr": se,
+                                "ci_low": None if se is None else diff - Z95 * se,
+                                "ci_high": None if se is None else diff + Z95 * se})
+    return pd.DataFrame(out)
+
+
+def findings_section(d: pd.DataFrame, card: str) -> str:
+    head = (f'<h3 id="findings-{esc(card)}">Findings: importance matrices <small>(mean KLD against the reference '
+            "on the same tokens; the difference's interval is unpaired)</small></h3>")
+    f = findings(d)
+    if f.empty:
+        return head + ('<p class="note" id="findings-none">No such pair of rungs in this dataset: the ladder has '
+                       "neither IQ2_XXS with a matrix beside Q2_K without one, nor Q4_K_M with and without a matrix "
+                       "(on the same KV type, corpus and context).</p>")
+
+    def rung(name, im, st):
+        return (f"{esc(name)}<br><small>{esc(im) if not _isnan(im) else 'no matrix'}</small>"
+                + ("" if st == "ok" else " " + badge(st)))
+
+    rows = []
+    for _, r in f.iterrows():
+        where = ("whole set" if r["subset"] is None else esc(r["subset"])) + (
+            "" if r["n_ctx"] is None else f" · n_ctx {int(r['n_ctx'])}")
+        ci = ("<small>(no interval: no standard error)</small>" if r["diff_stderr"] is None else
+              f"<small>(95 % CI {esc(dv.fmt_value(r['ci_low'], None, None))}…"
+              f"{esc(dv.fmt_value(r['ci_high'], None, None))} {esc(r['unit'])})</small>")
+        rows.append([esc(r["family"]), esc(r["kv"]), where, esc(r["comparison"]),
+                     rung(r["rung_a"], r["imatrix_a"], r["status_a"]), vcell(r["kld_a"], r["stderr_a"], r["unit"]),
+                     rung(r["rung_b"], r["imatrix_b"], r["status_b"]), vcell(r["kld_b"], r["stderr_b"], r["unit"]),
+                     f'<span class="v">{vcell(r["diff"], r["diff_stderr"], r["unit"])}</span> {ci}'])
+    return head + table(
+        ["family", "KV", "corpus · context", "comparison", "rung", "its mean KLD", "against", "its mean KLD",
+         "difference <small>(± √(se₁² + se₂²), unpaired)</small>"], rows, f"table-findings-{card}") + (
+        '<p class="how">Pairs found from each rung\'s file type and importance matrix (the dataset\'s '
+        "<code>file_type</code> and <code>imatrix</code>), rungs made from plain file types only (no recipe, no "
+        "prebuilt file), per family, KV type, "
+        "corpus and context; shown whatever they say, and a pair the ladder lacks is not listed. Both rungs were "
+        "scored on the same tokens, but the dataset holds each rung's mean KLD, not its per-token values: the "
+        "difference's ± is √(se₁² + se₂²) and its interval the normal 95 % one, as for two independent samples — "
+        "wider than the paired interval the per-token values would give.</p>")
 
 
 CSS = """
@@ -1012,6 +1158,7 @@ figure.plot{margin:0;border:1px solid #e3e3e3;border-radius:6px;padding:6px;back
 svg.plot-svg{width:100%;height:auto;display:block}
 .tablewrap{overflow-x:auto;margin:8px 0}
 table{border-collapse:collapse;font-size:.82rem}
+caption{text-align:left;font-size:.78rem;color:#444;padding:2px 0;white-space:normal}
 th,td{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top;white-space:nowrap}
 th{background:#f4f4f4;position:sticky;top:0}
 table[id^=table-anchors] td:last-child,table[id^=table-manifest] td:nth-child(6){white-space:normal;min-width:18em}
@@ -1105,6 +1252,7 @@ def render(df: pd.DataFrame, card: str | None = None, source: str = "points.parq
     for c in shown:
         toc += [f'<li><a href="#answer-{esc(c)}">{esc(c)}: the answer</a></li>',
                 f'<li><a href="#recommend-{esc(c)}">{esc(c)}: which point to run</a></li>',
+                f'<li><a href="#findings-{esc(c)}">{esc(c)}: findings (importance matrices)</a></li>',
                 f'<li><a href="#anchors-{esc(c)}">{esc(c)}: anchor status</a></li>',
                 f'<li><a href="#flips-{esc(c)}">{esc(c)}: flips and the noise floor</a></li>',
                 f'<li><a href="#overview-{esc(c)}">{esc(c)}: every family, one plot per headline</a></li>',
