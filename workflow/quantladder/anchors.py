@@ -182,12 +182,12 @@ def tool_gate_key(cfg: dict, family: str, measure: str) -> str:
     from .io import hash_obj
     from .llama_tools import library_backend, library_version
 
+    from .manifest import gate_settings
+
     fam = cfg["families"][family]
-    settings = dict(cfg["measures"][measure])
-    settings.pop("enabled", None)
+    settings = gate_settings(cfg, measure)
     extra = {}
     if measure == "perplexity":
-        settings.pop("kld", None)
         extra["corpus"] = (cfg.get("corpora") or {}).get(settings.get("corpus"))
     return hash_obj({"gate": tool_gate_settings(cfg, measure), "settings": settings, **extra,
                      "family_source": fam["source"], "family_sha256": fam.get("sha256"),

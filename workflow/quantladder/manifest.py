@@ -53,6 +53,20 @@ def benchmark_settings(cfg: dict, benchmark: str) -> dict:
     return dict(cfg.get("benchmarks", {}).get(benchmark, {}))
 
 
+# Settings of a measure that do not change what its anchor gate decides: the gate runs on the headline
+# corpus at the measure's context, so the list of evaluation corpora, the long-document passes and the
+# overlap figure are the points' business (adding a corpus re-runs neither the gate nor other passes).
+GATE_IGNORES = {"perplexity": ("kld", "corpora", "long", "overlap")}
+
+
+def gate_settings(cfg: dict, benchmark: str) -> dict:
+    """The part of a benchmark's or measure's settings its anchor gate depends on."""
+    s = benchmark_settings(cfg, benchmark)
+    for k in ("enabled", *GATE_IGNORES.get(benchmark, ())):
+        s.pop(k, None)
+    return s
+
+
 @functools.lru_cache(maxsize=256)
 def _bench(benchmark: str, section_json: str):
     import json
@@ -162,7 +176,7 @@ def reference_logits_key(cfg: dict, family: str, corpus: str) -> str:
 def anchor_key(cfg: dict, benchmark: str, entries: list[dict]) -> str:
     """Only this benchmark's anchor entries and settings decide its gate (not the whole file)."""
     mine = [e for e in entries if e["benchmark"] == benchmark]
-    return _key({"entries": mine, "settings": benchmark_settings(cfg, benchmark), "harness": HARNESS_VERSION})
+    return _key({"entries": mine, "settings": gate_settings(cfg, benchmark), "harness": HARNESS_VERSION})
 
 
 def anchor_generation_key(cfg: dict, benchmark: str, entries: list[dict]) -> str:
