@@ -128,10 +128,12 @@ rule score:
 def bare_snakefile(cfg: dict) -> str:
     points = []
     for fam, f in cfg["families"].items():
+        if not f.get("enabled", True):
+            continue
         for r in [f.get("reference", "F16")] + list(f["rungs"]) + list(f.get("prebuilt", {})):
             points.append((fam, r, "f16"))
-    measures = [m for m in cfg["measures"]]
-    tasks = list(cfg.get("benchmarks", {}))
+    measures = [m for m, sec in cfg["measures"].items() if sec.get("enabled", True)]
+    tasks = [b for b, sec in cfg.get("benchmarks", {}).items() if sec.get("enabled")]
     return BARE.format(points=points, measures=measures, tasks=tasks)
 
 
@@ -155,10 +157,18 @@ def scale_config(n_families: int, n_rungs: int, only: list[str] | None = None) -
                                                    "filename": f"{name}-{r}.gguf", "revision": "main"}}}
                              for r in made},
             }
+    # Snakemake merges the default config under this one: its own families are switched off, and
+    # perplexity takes one pass per point (the bare Snakefile's one job per measure and point)
+    default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    for name in default.get("families", {}):
+        families.setdefault(name, {**default["families"][name], "enabled": False})
     cfg = {"card": CARD, "families": families,
-           "measures": {m: {"enabled": True} for m in measures}}
-    if benchmarks:
-        cfg["benchmarks"] = benchmarks
+           "measures": {m: {"enabled": m in measures} for m in default.get("measures", {})}}
+    if "perplexity" in measures:
+        ppl = default["measures"]["perplexity"]
+        cfg["measures"]["perplexity"].update(corpus=ppl["corpus"], corpora=[ppl["corpus"]])
+    cfg["benchmarks"] = {b: {"enabled": False} for b in default.get("benchmarks", {})}
+    cfg["benchmarks"].update(benchmarks)
     return cfg
 
 
@@ -204,15 +214,17 @@ def main() -> int:
     args = ap.parse_args()
 
     cfg = scale_config(args.families, args.rungs, args.measures.split(","))
-    n_points = sum(1 + len(f["rungs"]) + len(f.get("prebuilt", {})) for f in cfg["families"].values())
-    n_measures = len(cfg["measures"]) + len(cfg.get("benchmarks", {}))
+    n_points = sum(1 + len(f["rungs"]) + len(f.get("prebuilt", {})) for f in cfg["families"].values() if f.get("enabled", True))
+    on = [m for m, sec in cfg["measures"].items() if sec.get("enabled", True)] + [
+        b for b, sec in cfg.get("benchmarks", {}).items() if sec.get("enabled")]
+    n_measures = len(on)
     work = Path(tempfile.mkdtemp(prefix="quantladder-dagscale-"))
     try:
         (work / "config").symlink_to(REPO / "config")
         (work / "scale.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         base = [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--configfile", "scale.yaml",
                 "--cores", "1", "--dry-run"]
-        env_note = f"{n_points} points x {n_measures} measures ({', '.join(list(cfg['measures']) + list(cfg.get('benchmarks', {})))})"
+        env_note = f"{n_points} points x {n_measures} measures ({', '.join(on)})"
         print(f"plan: {env_note}, card {CARD}, workdir {work}")
 
         if args.profile:
