@@ -109,5 +109,6 @@ rule score:
         runtime=runtime_for("score", 120),
     params:
         key=get_scoring_key,
+        generation_key=get_generation_key,
     script:
         "../scripts/score.py"

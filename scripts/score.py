@@ -35,6 +35,10 @@ def run(smk):
         return
     if gen_meta.get("items_sha256") != items_meta["sha256"]:
         raise ValueError(f"{smk.input.meta}: generated for another items file; rerun rule generate")
+    if gen_meta.get("key") and gen_meta["key"] != smk.params.generation_key:
+        # never score replies made under other generation settings as if they were this config's
+        raise ValueError(f"{smk.input.meta}: generated with generation key {gen_meta['key']}, the config's is "
+                         f"{smk.params.generation_key}; run snakemake again (it regenerates this point first)")
     setup = bench.scoring_setup()  # the sandbox backend is checked before anything runs
     items = [Item.from_json(r) for r in read_jsonl(smk.input.item_file)]
     records = read_jsonl(smk.input.generations)

@@ -176,16 +176,27 @@ def reference_logits_key(cfg: dict, family: str, corpus: str) -> str:
 def anchor_key(cfg: dict, benchmark: str, entries: list[dict]) -> str:
     """Only this benchmark's anchor entries and settings decide its gate (not the whole file)."""
     mine = [e for e in entries if e["benchmark"] == benchmark]
-    return _key({"entries": mine, "settings": gate_settings(cfg, benchmark), "harness": HARNESS_VERSION})
+    if benchmark in MEASURES:
+        return _key({"entries": mine, "settings": gate_settings(cfg, benchmark), "harness": HARNESS_VERSION})
+    if not mine:  # nothing to reproduce: the gate says so whatever the settings
+        return _key({"entries": [], "harness": HARNESS_VERSION})
+    b = task(cfg, benchmark)  # what each anchor runs with (Benchmark.anchor_bench), not the points' settings
+    return _key({"entries": mine, "settings": [b.anchor_bench(e).settings for e in mine], "harness": HARNESS_VERSION})
 
 
 def anchor_generation_key(cfg: dict, benchmark: str, entries: list[dict]) -> str:
-    """The part of a task benchmark's gate that its generate jobs depend on: the entries and the
-    generation settings (a scoring-only change re-runs the gate and the score jobs, not generation)."""
+    """The part of a task benchmark's gate that its generate jobs depend on: the entries and what
+    their runs generate with (a scoring-only change re-runs the gate and the score jobs, not
+    generation; the points' own generation settings re-run neither the anchor nor its gate:
+    Snakemake 9 does not re-run a job whose params changed when the producer of one of its
+    ancient() inputs re-runs in the same invocation, and the gate is such an input of `generate`)."""
     mine = [e for e in entries if e["benchmark"] == benchmark]
+    if not mine:
+        return _key({"entries": [], "harness": HARNESS_VERSION})
     b = task(cfg, benchmark)
-    return _key({"entries": mine, "generation": b.group("generation"), "items": b.group("items"),
-                 "harness": HARNESS_VERSION})
+    runs = [b.anchor_bench(e) for e in mine]
+    return _key({"entries": mine, "generation": [r.group("generation") for r in runs],
+                 "items": [r.group("items") for r in runs], "harness": HARNESS_VERSION})
 
 
 def anchor_run_key(entry: dict, bench) -> str:

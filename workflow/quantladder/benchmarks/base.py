@@ -192,8 +192,13 @@ class Benchmark:
     # steps, so that a benchmark that runs model-written code scores its anchor on the scoring host.
 
     def anchor_bench(self, entry: dict) -> "Benchmark":
-        """This benchmark with the anchor entry's settings over the configured ones."""
-        return type(self)({**self.settings, **(entry.get("settings") or {})})
+        """This benchmark as the anchor entry runs it: the published protocol's generation settings
+        (the entry's, else the benchmark's defaults), never the points' own (a quick run's
+        ``max_new_tokens`` does not change what the anchor reproduces, nor re-run its gate); the
+        data source and scoring settings of the config, the entry's over them."""
+        gen = set(self.group("generation"))
+        own = {k: v for k, v in self.settings.items() if k not in gen}
+        return type(self)({**own, **(entry.get("settings") or {})})
 
     def anchor_generate(self, entry: dict, cache_dir) -> dict:
         """Generate the anchor's replies (resumable under ``cache_dir``); returns what scoring needs.
