@@ -19,6 +19,8 @@ from . import status as qstatus
 from .dataset import COLUMNS
 from .errors import DataError
 
+STRING_COLUMNS = [name for name, typ, _ in COLUMNS if str(typ) == "string"]
+
 POINT = ["card", "family", "rung", "kv"]
 COST_BENCHMARKS = ("memory", "speed", "energy")
 # Figures the curves do not plot against bits per weight (it is the x axis itself).
@@ -53,7 +55,7 @@ def load(path: str | Path) -> pd.DataFrame:
     missing = [c for c, _, _ in COLUMNS if c not in df.columns]
     if missing:
         raise DataError(f"dataset {path}: missing columns {missing}; it was not written by quantladder.dataset")
-    for col in ("subset", "status", "status_reason", "unit", "kv", "rung", "family", "card", "benchmark", "metric"):
+    for col in STRING_COLUMNS:  # a missing string is None, never NaN
         df[col] = df[col].astype("object").where(df[col].notna(), None)
     df["status"] = df["status"].fillna("ok")
     return df

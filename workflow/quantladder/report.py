@@ -1104,9 +1104,9 @@ def findings(d: pd.DataFrame) -> pd.DataFrame:
                           if not (_isnan(a["stderr"]) or _isnan(b["stderr"])) else None)
                     out.append({"family": fam, "kv": kv, "subset": None if _isnan(subset) else subset,
                                 "n_ctx": None if _isnan(nctx) else int(nctx), "comparison": what, "unit": a["unit"],
-                                "rung_a": a["rung"], "imatrix_a": a["imatrix"], "kld_a": float(a["value"]),
+                                "rung_a": a["rung"], "imatrix_a": a["imatrix"], "value_a": float(a["value"]),
                                 "stderr_a": a["stderr"], "status_a": a["status"],
-                                "rung_b": b["rung"], "imatrix_b": b["imatrix"], "kld_b": float(b["value"]),
+                                "rung_b": b["rung"], "imatrix_b": b["imatrix"], "value_b": float(b["value"]),
                                 "stderr_b": b["stderr"], "status_b": b["status"], "diff": diff, "diff_stderr": se,
                                 "ci_low": None if se is None else diff - Z95 * se,
                                 "ci_high": None if se is None else diff + Z95 * se})
@@ -1134,8 +1134,8 @@ def findings_section(d: pd.DataFrame, card: str) -> str:
               f"<small>(95 % CI {esc(dv.fmt_value(r['ci_low'], None, None))}…"
               f"{esc(dv.fmt_value(r['ci_high'], None, None))} {esc(r['unit'])})</small>")
         rows.append([esc(r["family"]), esc(r["kv"]), where, esc(r["comparison"]),
-                     rung(r["rung_a"], r["imatrix_a"], r["status_a"]), vcell(r["kld_a"], r["stderr_a"], r["unit"]),
-                     rung(r["rung_b"], r["imatrix_b"], r["status_b"]), vcell(r["kld_b"], r["stderr_b"], r["unit"]),
+                     rung(r["rung_a"], r["imatrix_a"], r["status_a"]), vcell(r["value_a"], r["stderr_a"], r["unit"]),
+                     rung(r["rung_b"], r["imatrix_b"], r["status_b"]), vcell(r["value_b"], r["stderr_b"], r["unit"]),
                      f'<span class="v">{vcell(r["diff"], r["diff_stderr"], r["unit"])}</span> {ci}'])
     return head + table(
         ["family", "KV", "corpus · context", "comparison", "rung", "its mean KLD", "against", "its mean KLD",
