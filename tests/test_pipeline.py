@@ -216,13 +216,18 @@ def test_recommend_weighs_bfcl_on_the_real_dataset(task_run):
         assert cand["scores"]["bfcl"]["metric"] == "accuracy" and cand["scores"]["bfcl"]["value"] is not None
 
 
-def test_a_scoring_setting_replans_score_jobs_only(task_run):
+def _replanned(task_run, name: str, **humaneval) -> list[tuple[str, dict]]:
+    """The jobs a dry run plans after changing HumanEval settings of the task run's config."""
     work, cfg, _, label, _ = task_run
     changed = json.loads(json.dumps(cfg))
-    changed["benchmarks"]["humaneval"]["timeout_s"] = 7.5
-    p = work / "timeout.yaml"
+    changed["benchmarks"]["humaneval"].update(humaneval)
+    p = work / name
     p.write_text(yaml.safe_dump(changed))
-    jobs = planned_jobs(snakemake(work, "-n", f"results/{label}/points.parquet", config=p).stdout)
+    return planned_jobs(snakemake(work, "-n", f"results/{label}/points.parquet", config=p).stdout)
+
+
+def test_a_scoring_setting_replans_score_jobs_only(task_run):
+    jobs = _replanned(task_run, "timeout.yaml", timeout_s=7.5)
     rules = {rule for rule, _ in jobs}
     assert "generate" not in rules and "score" in rules, jobs
     scored = {(wc["series"], wc["rung"]) for rule, wc in jobs if rule == "score"}
@@ -231,12 +236,7 @@ def test_a_scoring_setting_replans_score_jobs_only(task_run):
 
 
 def test_a_generation_setting_replans_generation_and_scoring_of_every_rung(task_run):
-    work, cfg, _, label, _ = task_run
-    changed = json.loads(json.dumps(cfg))
-    changed["benchmarks"]["humaneval"]["max_new_tokens"] = 40
-    p = work / "tokens.yaml"
-    p.write_text(yaml.safe_dump(changed))
-    jobs = planned_jobs(snakemake(work, "-n", f"results/{label}/points.parquet", config=p).stdout)
+    jobs = _replanned(task_run, "tokens.yaml", max_new_tokens=40)
     for rule in ("generate", "score"):
         got = {(wc["series"], wc["rung"], wc["task"]) for r, wc in jobs if r == rule}
         assert got == {("points", "F16", "humaneval"), ("points", "Q8_0", "humaneval"),
