@@ -162,17 +162,6 @@ def get_rung_info(wildcards):
     return get_rung_gguf(wildcards) + ".json"
 
 
-def get_reference_gguf(wildcards):
-    rung = qconfig.reference_rung(config, wildcards.family)
-    return f"resources/models/{wildcards.family}/reference/{rung}.gguf"
-
-
-def get_imatrix(wildcards):
-    """The rung's importance matrix: computed by rule imatrix, or a file the config names."""
-    im = qconfig.rung_options(config, wildcards.family, wildcards.rung).get("imatrix")
-    return [im["file"]] if im else []
-
-
 # -- llama.cpp's tools and importance matrices (rules/tools.smk, rules/models.smk) -------------
 
 # One build per llama-cpp-python version and backend (read from the installed files: cheap).
@@ -279,7 +268,9 @@ def get_perplexity_mem_mb(kind):
         if n_ctx == qppl.TRAINED:
             n_ctx = int(info.get("n_ctx_train") or 0) or 4096
         proto = qppl.Protocol(
-            n_ctx=int(n_ctx), n_batch=settings["n_batch"], max_chunks=settings["max_chunks"]
+            n_ctx=int(n_ctx),
+            n_batch=settings["n_batch"],
+            max_chunks=settings["max_chunks"],
         )
         return qres.estimate_mem_mb(
             kind,
@@ -406,9 +397,18 @@ def get_task_anchor(wildcards):
     return ancient(f"results/{wildcards.card}/anchors/{wildcards.task}.json")
 
 
+_TASK_ANCHOR_KEYS = {}
+
+
 def get_task_anchor_key(wildcards):
-    """What a gate's outcome can change for generation: its entries and the generation settings."""
-    return qmanifest.anchor_generation_key(config, wildcards.task, anchor_entries())
+    """What a gate's outcome can change for generation: its entries and what the anchors generate
+    with (the same for every point of the task: computed once per DAG build)."""
+    task = wildcards.task
+    if task not in _TASK_ANCHOR_KEYS:
+        _TASK_ANCHOR_KEYS[task] = qmanifest.anchor_generation_key(
+            config, task, anchor_entries()
+        )
+    return _TASK_ANCHOR_KEYS[task]
 
 
 _ANCHOR_ENTRIES = []
@@ -436,3 +436,82 @@ def get_early_stop_reference(wildcards):
 def get_scoring_env(wildcards):
     """A scoring environment's pinned requirements (their hash enters the manifest), if any."""
     return qconfig.scoring_env_file(config, wildcards.task) or []
+
+
+# -- a rule's inputs in one function (`unpack`): Snakemake pays a fixed cost per input function and
+# job, which at seed scale (thousands of jobs) is most of the planning time (docs/parity.md).
+
+
+def point_inputs(measure):
+    """A per-point measure's inputs: the rung's GGUF, its sidecar and the measure's anchor gate."""
+    anchor = get_anchor_status(measure)
+
+    def _inputs(wildcards):
+        gguf = get_rung_gguf(wildcards)
+        return {"gguf": gguf, "info": gguf + ".json", "anchor": anchor(wildcards)}
+
+    _inputs.__name__ = f"inputs_{measure}"
+    return _inputs
+
+
+_PERPLEXITY_POINT_INPUTS = point_inputs("perplexity")
+
+
+def perplexity_inputs(wildcards):
+    """One perplexity pass: the point's inputs, the corpus, the reference's stored log-probs and
+    the calibration text of the rung's matrix (for the overlap figure)."""
+    inputs = _PERPLEXITY_POINT_INPUTS(wildcards)
+    corpus = f"resources/corpora/{wildcards.corpus}"
+    inputs.update(
+        corpus=corpus + ".txt",
+        corpus_info=corpus + ".json",
+        reference=get_reference_logits(wildcards),
+        calibration=get_calibration_corpus(wildcards),
+    )
+    return inputs
+
+
+def generate_inputs(wildcards):
+    """A generate job's inputs. The anchor gate is ancient: a re-run gate with an unchanged
+    outcome does not regenerate (a changed anchor entry or generation setting changes
+    params.anchor_key and does). With early stopping, the reference point's verdicts."""
+    w = wildcards
+    gguf = get_rung_gguf(w)
+    task = f"resources/benchmarks/{w.task}"
+    return {
+        "gguf": gguf,
+        "info": gguf + ".json",
+        "anchor": get_task_anchor(w),
+        "source": f"{task}/source.json",
+        "item_file": f"{task}/{w.family}/items.jsonl",
+        "items_meta": f"{task}/{w.family}/items.json",
+        "reference_verdicts": get_early_stop_reference(w),
+    }
+
+
+def score_inputs(wildcards):
+    """A score job's inputs: the saved generations only, never the model (the scoring host)."""
+    w = wildcards
+    out = f"results/{w.card}/{w.series}/{w.family}/{w.rung}/{w.kv}/{w.task}"
+    task = f"resources/benchmarks/{w.task}"
+    return {
+        "generations": f"{out}/generations.jsonl",
+        "meta": f"{out}/generations.json",
+        "info": get_rung_info(w),
+        "anchor": f"results/{w.card}/anchors/{w.task}.json",
+        "source": f"{task}/source.json",
+        "item_file": f"{task}/{w.family}/items.jsonl",
+        "items_meta": f"{task}/{w.family}/items.json",
+        "env": get_scoring_env(w),
+    }
+
+
+def get_reference_gguf(wildcards):
+    rung = qconfig.reference_rung(config, wildcards.family)
+    return f"resources/models/{wildcards.family}/reference/{rung}.gguf"
+
+
+def get_imatrix(wildcards):
+    """The rung's importance matrix: computed by rule imatrix, or a file the config names."""
+    im = qconfig.rung_options(config, wildcards.family, wildcards.rung).get("imatrix")
+    return [im["file"]] if im else []

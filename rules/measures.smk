@@ -29,13 +29,7 @@ rule reference_logits:
 # separate jobs, so adding a corpus computes only its passes.
 rule perplexity:
     input:
-        gguf=get_rung_gguf,
-        info=get_rung_info,
-        corpus="resources/corpora/{corpus}.txt",
-        corpus_info="resources/corpora/{corpus}.json",
-        reference=get_reference_logits,
-        calibration=get_calibration_corpus,
-        anchor=get_anchor_status("perplexity"),
+        unpack(perplexity_inputs),
     output:
         metrics="results/{card}/points/{family}/{rung}/{kv}/perplexity/{corpus}-{ctx}/metrics.json",
         manifest="results/{card}/points/{family}/{rung}/{kv}/perplexity/{corpus}-{ctx}/manifest.json",
@@ -78,9 +72,7 @@ rule perplexity_point:
 
 rule speed:
     input:
-        gguf=get_rung_gguf,
-        info=get_rung_info,
-        anchor=get_anchor_status("speed"),
+        unpack(point_inputs("speed")),
     output:
         metrics="results/{card}/points/{family}/{rung}/{kv}/speed/metrics.json",
         manifest="results/{card}/points/{family}/{rung}/{kv}/speed/manifest.json",
@@ -104,9 +96,7 @@ rule speed:
 
 rule memory:
     input:
-        gguf=get_rung_gguf,
-        info=get_rung_info,
-        anchor=get_anchor_status("memory"),
+        unpack(point_inputs("memory")),
     output:
         metrics="results/{card}/points/{family}/{rung}/{kv}/memory/metrics.json",
         manifest="results/{card}/points/{family}/{rung}/{kv}/memory/manifest.json",
@@ -126,9 +116,7 @@ rule memory:
 
 rule energy:
     input:
-        gguf=get_rung_gguf,
-        info=get_rung_info,
-        anchor=get_anchor_status("energy"),
+        unpack(point_inputs("energy")),
     output:
         metrics="results/{card}/points/{family}/{rung}/{kv}/energy/metrics.json",
         manifest="results/{card}/points/{family}/{rung}/{kv}/energy/manifest.json",

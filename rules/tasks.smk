@@ -57,16 +57,7 @@ rule benchmark_items:
 
 rule generate:
     input:
-        gguf=get_rung_gguf,
-        info=get_rung_info,
-        # ancient: a re-run gate with an unchanged outcome does not regenerate (a changed anchor entry
-        # or generation setting changes params.anchor_key and does)
-        anchor=get_task_anchor,
-        source="resources/benchmarks/{task}/source.json",
-        item_file="resources/benchmarks/{task}/{family}/items.jsonl",
-        items_meta="resources/benchmarks/{task}/{family}/items.json",
-        # early stopping: a rung stops once its paired test against the reference is decided
-        reference_verdicts=get_early_stop_reference,
+        unpack(generate_inputs),
     output:
         generations="results/{card}/{series}/{family}/{rung}/{kv}/{task}/generations.jsonl",
         meta="results/{card}/{series}/{family}/{rung}/{kv}/{task}/generations.json",
@@ -87,14 +78,7 @@ rule generate:
 
 rule score:
     input:
-        generations="results/{card}/{series}/{family}/{rung}/{kv}/{task}/generations.jsonl",
-        meta="results/{card}/{series}/{family}/{rung}/{kv}/{task}/generations.json",
-        info=get_rung_info,
-        anchor="results/{card}/anchors/{task}.json",
-        source="resources/benchmarks/{task}/source.json",
-        item_file="resources/benchmarks/{task}/{family}/items.jsonl",
-        items_meta="resources/benchmarks/{task}/{family}/items.json",
-        env=get_scoring_env,
+        unpack(score_inputs),
     output:
         metrics="results/{card}/{series}/{family}/{rung}/{kv}/{task}/metrics.json",
         manifest="results/{card}/{series}/{family}/{rung}/{kv}/{task}/manifest.json",

@@ -192,7 +192,8 @@ def rung_kind(cfg: dict, family: str, rung: str) -> str:
         return "prebuilt"
     from .ladder import rung_name
 
-    if rung in [rung_name(r) for r in fam.get("rungs", [])]:
+    made = fam.get("rungs", [])
+    if rung in made or any(rung_name(r) == rung for r in made):
         return "quantized"
     raise ConfigError(f"family {family!r} has no rung {rung!r}")
 
