@@ -162,6 +162,17 @@ def get_rung_info(wildcards):
     return get_rung_gguf(wildcards) + ".json"
 
 
+def get_reference_gguf(wildcards):
+    rung = qconfig.reference_rung(config, wildcards.family)
+    return f"resources/models/{wildcards.family}/reference/{rung}.gguf"
+
+
+def get_imatrix(wildcards):
+    """The rung's importance matrix: computed by rule imatrix, or a file the config names."""
+    im = qconfig.rung_options(config, wildcards.family, wildcards.rung).get("imatrix")
+    return [im["file"]] if im else []
+
+
 # -- llama.cpp's tools and importance matrices (rules/tools.smk, rules/models.smk) -------------
 
 # One build per llama-cpp-python version and backend (read from the installed files: cheap).
@@ -504,14 +515,3 @@ def score_inputs(wildcards):
         "items_meta": f"{task}/{w.family}/items.json",
         "env": get_scoring_env(w),
     }
-
-
-def get_reference_gguf(wildcards):
-    rung = qconfig.reference_rung(config, wildcards.family)
-    return f"resources/models/{wildcards.family}/reference/{rung}.gguf"
-
-
-def get_imatrix(wildcards):
-    """The rung's importance matrix: computed by rule imatrix, or a file the config names."""
-    im = qconfig.rung_options(config, wildcards.family, wildcards.rung).get("imatrix")
-    return [im["file"]] if im else []
