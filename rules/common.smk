@@ -482,20 +482,27 @@ def perplexity_inputs(wildcards):
     return inputs
 
 
+def _task_data(w):
+    """A task's pinned source and the family's fixed items (generate and score read the same)."""
+    task = f"resources/benchmarks/{w.task}"
+    return {
+        "source": f"{task}/source.json",
+        "item_file": f"{task}/{w.family}/items.jsonl",
+        "items_meta": f"{task}/{w.family}/items.json",
+    }
+
+
 def generate_inputs(wildcards):
     """A generate job's inputs. The anchor gate is ancient: a re-run gate with an unchanged
     outcome does not regenerate (a changed anchor entry or generation setting changes
     params.anchor_key and does). With early stopping, the reference point's verdicts."""
     w = wildcards
     gguf = get_rung_gguf(w)
-    task = f"resources/benchmarks/{w.task}"
     return {
         "gguf": gguf,
         "info": gguf + ".json",
         "anchor": get_task_anchor(w),
-        "source": f"{task}/source.json",
-        "item_file": f"{task}/{w.family}/items.jsonl",
-        "items_meta": f"{task}/{w.family}/items.json",
+        **_task_data(w),
         "reference_verdicts": get_early_stop_reference(w),
     }
 
@@ -504,14 +511,11 @@ def score_inputs(wildcards):
     """A score job's inputs: the saved generations only, never the model (the scoring host)."""
     w = wildcards
     out = f"results/{w.card}/{w.series}/{w.family}/{w.rung}/{w.kv}/{w.task}"
-    task = f"resources/benchmarks/{w.task}"
     return {
         "generations": f"{out}/generations.jsonl",
         "meta": f"{out}/generations.json",
         "info": get_rung_info(w),
         "anchor": f"results/{w.card}/anchors/{w.task}.json",
-        "source": f"{task}/source.json",
-        "item_file": f"{task}/{w.family}/items.jsonl",
-        "items_meta": f"{task}/{w.family}/items.json",
+        **_task_data(w),
         "env": get_scoring_env(w),
     }
