@@ -202,6 +202,57 @@ def test_multi_turn_driver_gets_a_fresh_sequence_per_request(smollm_q4km, reques
     assert order == [0, 1, 2]  # at n_parallel = 1 each driver runs to its end before the next
 
 
+def test_a_continued_request_keeps_its_own_cells_and_decodes_only_the_rest(smollm_q4km, requests_q4):
+    """Request.continues (a multi-turn item's next step): the sequence keeps the cells of the
+    previous prompt and reply that the new prompt starts with, and only the rest is decoded. Exact
+    check: a previous request of budget 1 leaves its prompt's cells decoded as one chunk, so the
+    continued request decodes the same chunks as a fresh one whose prefix is that prompt, and the
+    replies are byte-identical; a prompt that shares nothing keeps nothing; at n_parallel = 1 a
+    continued driver's replies do not depend on the driver before it; batched runs repeat exactly."""
+    with Engine(str(smollm_q4km), _settings()) as eng:
+        follow = tuple(eng.tokenize(eng.chat_prompt([{"role": "user", "content": "And then?"}]), add_bos=False))
+
+        def stepwise(req, budget1=1):
+            g1 = yield Request(req.prompt, budget1)
+            g2 = yield Request(req.prompt + tuple(g1.tokens) + follow, 10, continues=True)
+            g3 = yield Request(requests_q4[-1].prompt, 6, continues=True)  # another question
+            return (g1, g2, g3)
+
+        recs: dict[int, tuple] = {}
+        eng.run([stepwise(r) for r in requests_q4[:3]], recs.__setitem__)
+        assert _memory_empty(eng)
+        kept = eng.last_run["kept_tokens"]
+        sys_turn = next(i for i, (a, b) in enumerate(zip(requests_q4[0].prompt, requests_q4[-1].prompt)) if a != b)
+        for i, r in enumerate(requests_q4[:3]):
+            g1, g2, g3 = recs[i]
+            assert len(g1.tokens) == 1 and g1.finish_reason == "length"
+            second = r.prompt + tuple(g1.tokens) + follow
+            assert _same(g2, _wave(eng, [Request(second, 10, prefix=len(r.prompt))])[0])
+            assert g2.n_prompt_tokens == len(second) and g2.n_kept_tokens == len(r.prompt)
+            assert g1.n_kept_tokens == 0 and g3.n_kept_tokens == sys_turn
+        # kept per driver: its first prompt (the reply's one token was never decoded), then the
+        # system turn shared with the other question (the rest of the conversation is dropped)
+        assert kept == sum(len(r.prompt) + sys_turn for r in requests_q4[:3])
+
+        def fresh_then(req):
+            yield Request(requests_q4[4].prompt, 7)
+            return None
+
+        alone: dict[int, tuple] = {}
+        eng.run([stepwise(requests_q4[1], 9)], alone.__setitem__)
+        after: dict[int, tuple] = {}
+        eng.run([fresh_then(None), stepwise(requests_q4[1], 9)], after.__setitem__)
+        assert all(_same(a, b) for a, b in zip(alone[0], after[1]))
+    runs = []
+    for _ in range(2):
+        with Engine(str(smollm_q4km), _settings(n_parallel=3)) as eng:
+            out: dict[int, tuple] = {}
+            eng.run([stepwise(r, 5 + i) for i, r in enumerate(requests_q4[:5])], out.__setitem__)
+            assert _memory_empty(eng) and eng.last_run["kept_tokens"] > 0
+            runs.append([out[i] for i in range(5)])
+    assert all(_same(a, b) for x, y in zip(*runs) for a, b in zip(x, y))
+
+
 def test_a_wave_restarted_in_a_new_process_after_sigkill_reproduces_it(smollm_q4km, requests_q4, tmp_path):
     """Resume at the engine level: a process generating a wave is killed (SIGKILL) after its first
     reply was written; a new process generating the same wave again gives every reply of an

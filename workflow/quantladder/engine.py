@@ -121,6 +121,12 @@ class Request:
     # they are decoded as chunks of their own and the rest of the prompt from there, so a reply
     # depends on ``prefix`` but never on whether the engine shared it (EngineSettings.share_prefix)
     prefix: int = 0
+    # The request continues its driver's previous one (the next step of a multi-turn item): the
+    # sequence keeps the cells of the previous prompt and reply that this prompt starts with (their
+    # longest common token prefix, at least the last prompt token decoded again for its logits) and
+    # only the rest is decoded. A part of the schedule, declared by the driver: the reply depends on
+    # the kept cells (as the previous reply did on its batch mates), never on another item's
+    continues: bool = False
 
 
 @dataclass
@@ -135,6 +141,7 @@ class Generation:
     seconds: float
     extra: dict = field(default_factory=dict)
     tokens: tuple[int, ...] = ()  # the generated ids (an end-of-generation token is not one of them)
+    n_kept_tokens: int = 0  # prompt tokens whose cells the previous request left (Request.continues)
 
 
 Driver = Generator[Request, Generation, Any]
@@ -163,7 +170,7 @@ class _Seq:
     """One request in one slot: where it stands and what it produced."""
 
     __slots__ = ("index", "driver", "prompt", "budget", "stops", "max_stop", "phase", "pos", "tokens",
-                 "buf", "last", "t0", "cut", "prefix")
+                 "buf", "last", "t0", "cut", "prefix", "kept")
 
     def __init__(self, index, driver, prompt, budget, stops, t0):
         self.index, self.driver, self.prompt, self.budget, self.t0 = index, driver, prompt, budget, t0
@@ -176,6 +183,7 @@ class _Seq:
         self.last = -1  # the last generated token, to be decoded next
         self.cut = -1  # where a stop string begins in buf
         self.prefix = 0  # leading prompt tokens decoded as chunks of their own (Request.prefix)
+        self.kept = 0  # leading prompt tokens whose cells the previous request left (Request.continues)
 
 
 class Engine:
@@ -383,7 +391,8 @@ class Engine:
         returned_value)`` is called. Drivers are admitted in list order into the lowest free of
         ``n_parallel`` slots; a slot freed at a step boundary takes the next driver. A new request
         starts from an empty sequence; a request's cells are removed when it ends. ``on_step(prompt
-        tokens decoded, tokens generated)`` follows every ``llama_decode``.
+        tokens decoded, tokens generated)`` follows every ``llama_decode``. A request that
+        ``continues`` its driver's previous one keeps the cells it starts with (Request.continues).
         """
         lc = self.lc
         n_par = self.n_parallel
@@ -391,7 +400,7 @@ class Engine:
         slots: list[_Seq | None] = [None] * n_par
         step = on_step or (lambda n_prompt, n_gen: None)
         self.last_run = {"prefill_decodes": 0, "gen_steps": 0, "gen_rows": 0, "moves": 0, "requests": 0,
-                         "prefix_decodes": 0, "prefix_copies": 0}
+                         "prefix_decodes": 0, "prefix_copies": 0, "kept_tokens": 0}
         self._clear_slots()
         ok = False
         try:
@@ -443,9 +452,11 @@ class Engine:
                     continue
                 self._place(k, i, d, req, slots, on_finish)
 
-    def _place(self, k, i, d, req, slots, on_finish) -> None:
+    def _place(self, k, i, d, req, slots, on_finish, held: list[int] | None = None) -> None:
         """Start ``req`` of driver ``i`` in slot ``k``; requests that need no decoding (a prompt that
-        does not fit, no budget) are answered at once, and the driver's next request takes the slot."""
+        does not fit, no budget) are answered at once, and the driver's next request takes the slot.
+        ``held``: the tokens whose cells slot ``k``'s sequence still holds from the driver's previous
+        request (kept where ``req.continues``, else removed)."""
         import numpy as np
 
         while True:
@@ -458,10 +469,20 @@ class Engine:
             n = int(prompt.size)
             room = self.n_ctx - n
             budget = min(int(req.max_tokens), room)
+            kept = 0
+            if held and req.continues and room > 0 and budget > 0:
+                m = min(len(held), n - 1)
+                same = np.flatnonzero(np.asarray(held[:m], dtype=np.int64) != prompt[:m])
+                kept = int(same[0]) if same.size else m
+            if held is not None:
+                self.lc.llama_memory_seq_rm(self._mem, k, kept, -1)
+                held = None
             if room > 0 and budget > 0:
                 stops = tuple(s.encode("utf-8") for s in req.stop if s)
                 slots[k] = _Seq(i, d, prompt.astype(np.int32), budget, stops, t0)
                 slots[k].prefix = max(0, min(int(req.prefix), n - 1))
+                slots[k].kept = kept
+                self.last_run["kept_tokens"] += kept
                 return
             reason = "prompt_too_long" if room <= 0 else "length"
             self.last_run["requests"] += 1
@@ -477,19 +498,22 @@ class Engine:
     def _finish(self, k, slots, reason: str, on_finish) -> None:
         s = slots[k]
         self.last_run["requests"] += 1
-        self.lc.llama_memory_seq_rm(self._mem, k, -1, -1)
+        # the cells the sequence holds: its prompt and the reply tokens decoded so far (the last
+        # token taken is decoded only when the reply goes on)
+        held = s.prompt.tolist() + s.tokens[:s.pos - int(s.prompt.size)]
         data = bytes(s.buf[:s.cut]) if s.cut >= 0 else bytes(s.buf)
         # an incomplete trailing UTF-8 character (cut by the budget) is dropped, as llama-cpp-python does
         g = Generation(text=data.decode("utf-8", errors="ignore"), n_prompt_tokens=int(s.prompt.size),
                        n_gen_tokens=len(s.tokens), finish_reason=reason, seconds=time.perf_counter() - s.t0,
-                       tokens=tuple(s.tokens))
+                       tokens=tuple(s.tokens), n_kept_tokens=s.kept)
         try:
             req = s.driver.send(g)
         except StopIteration as e:
+            self.lc.llama_memory_seq_rm(self._mem, k, -1, -1)
             slots[k] = None
             on_finish(s.index, e.value)
             return
-        self._place(k, s.index, s.driver, req, slots, on_finish)
+        self._place(k, s.index, s.driver, req, slots, on_finish, held=held)
 
     def _accept(self, k, slots, token: int, on_finish) -> int:
         """Take the sampled ``token`` for slot ``k``; end the request where it ends. Returns the tokens
@@ -579,7 +603,9 @@ class Engine:
 
         s = slots[k]
         prompt, n_all, n_pre = s.prompt, int(s.prompt.size), s.prefix
-        if n_pre:
+        if s.kept:  # a continued request: its cells up to ``kept`` are there already
+            n_pre = s.kept
+        elif n_pre:
             if self._prefix_seq is None:
                 self._decode_span(k, prompt, 0, n_pre, False, step)
             else:
@@ -717,6 +743,7 @@ class RawContext:
             cp.n_batch = n_batch
             cp.n_ubatch = self.resolved["n_ubatch"]
             cp.n_seq_max = n_seq_max
+            cp.swa_full = True  # full sliding-window streams (llama-perplexity needs --swa-full to match)
             cp.n_threads = r["n_threads"]
             cp.n_threads_batch = r["n_threads"]
             cp.type_k = KV_GGML_TYPES[r["type_k"]]

@@ -120,7 +120,7 @@ def drive_item(engine, root, item: dict, executor: SandboxExecutor, *, max_token
     missed = item.get("missed_function") or {}
     turns_text: list[list[str]] = []
     executed: list[list[list[str]]] = []
-    n_prompt = n_gen = 0
+    n_prompt = n_gen = n_steps = n_kept = 0
     end = "done"
     degenerate = False
     runs0 = executor.runs
@@ -135,11 +135,15 @@ def drive_item(engine, root, item: dict, executor: SandboxExecutor, *, max_token
         while True:
             prompt = engine.chat_prompt(messages)
             tokens = engine.tokenize(prompt, add_bos=not engine.starts_with_bos(prompt))
-            gen = yield Request(tuple(tokens), int(max_tokens))
+            # every step after the item's first continues its sequence: the conversation so far
+            # stays in the KV cache and only the new messages are decoded (Request.continues)
+            gen = yield Request(tuple(tokens), int(max_tokens), continues=bool(n_steps))
+            n_steps += 1
             if gen.finish_reason == "prompt_too_long":
                 end = "prompt_too_long"
                 break
             n_prompt += gen.n_prompt_tokens
+            n_kept += gen.n_kept_tokens
             n_gen += gen.n_gen_tokens
             degenerate = degenerate or is_degenerate(gen.text, gen.n_gen_tokens, gen.finish_reason)
             steps_text.append(gen.text)
@@ -162,7 +166,7 @@ def drive_item(engine, root, item: dict, executor: SandboxExecutor, *, max_token
         if end != "done":
             break
     return {"turns": turns_text, "end": end, "text": "\n".join(s for turn in turns_text for s in turn),
-            "n_prompt_tokens": n_prompt, "n_gen_tokens": n_gen, "finish_reason": end,
+            "n_prompt_tokens": n_prompt, "n_kept_tokens": n_kept, "n_gen_tokens": n_gen, "finish_reason": end,
             "seconds": round(time.perf_counter() - t0, 4), "degenerate": degenerate,
             "sandbox_runs": executor.runs - runs0}
 
