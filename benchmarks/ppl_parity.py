@@ -2,7 +2,7 @@
 """Perplexity and KL divergence: quantladder beside llama.cpp's own llama-perplexity.
 
 Same GGUF files, same corpus (any corpus of the config, or a file), same n_ctx and batch, same
-threads. llama-perplexity first writes its KL base from the reference rung (--kl-divergence-base),
+threads, full sliding-window KV streams on both sides (llama-perplexity ``--swa-full``). llama-perplexity first writes its KL base from the reference rung (--kl-divergence-base),
 then each rung is run in its --kl-divergence mode; quantladder stores its reference log-probs once
 and runs each rung once. Every run is its own process, so each has its own peak RSS (from wait4).
 Prints both figures, both wall times and both peak RSS side by side, and the deviations against
@@ -63,7 +63,10 @@ def _wait_rss(cmd: list[str], limit_bytes: int | None) -> tuple[int, str, float,
 
 def llama_perplexity(exe, model, corpus, n_ctx, n_batch, chunks, threads, fa, limit, kl_base=None, kl=False):
     cmd = [exe, "-m", str(model), "-f", str(corpus), "-c", str(n_ctx), "-b", str(n_batch),
-           "--chunks", str(chunks), "-t", str(threads), "-fa", fa]
+           "--chunks", str(chunks), "-t", str(threads), "-fa", fa,
+           # full sliding-window streams, as quantladder keeps them (llama-perplexity's default is a
+           # window-sized cache, whose figures differ on Gemma-3 rungs: docs/parity.md)
+           "--swa-full"]
     if kl_base:
         cmd += ["--kl-divergence-base", str(kl_base)]
     if kl:
@@ -179,6 +182,16 @@ def _gib(x) -> str:
     return f"{x / GIB:.2f}" if x else "—"
 
 
+def _kld_delta(ours: float, theirs: float | None) -> str:
+    """Relative ΔKLD, or the absolute difference where the reference figure is noise-sized (the
+    reference rung against its own base: ~1e-6 nats on both sides, whose ratio means nothing)."""
+    if theirs is None:
+        return "n/a"
+    if abs(theirs) < 1e-4:
+        return f"{ours - theirs:+.1e} nats"
+    return f"{100 * (ours / theirs - 1):+.2f}%"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rungs", nargs="+", default=["Q8_0", "Q4_K_M", "Q2_K"])
@@ -262,7 +275,7 @@ def main():
             n, f"{q['ppl']:.4f}±{q['ppl_err']:.4f}", f"{l['ppl']:.4f}±{l['ppl_err']:.4f}" if l_ok else why,
             f"{100 * (q['ppl'] / l['ppl'] - 1):+.3f}%" if l_ok else "n/a",
             f"{q['kld_mean']:.6f}", f"{l.get('kld', float('nan')):.6f}" if l_ok else "n/a",
-            f"{100 * (q['kld_mean'] / l['kld'] - 1):+.2f}%" if l_ok and l.get("kld") else "n/a",
+            _kld_delta(q["kld_mean"], l.get("kld")) if l_ok else "n/a",
             f"{100 * q['same_top']:.3f}%", f"{l.get('same_top', float('nan')):.3f}%" if l_ok else "n/a",
             f"{100 * q['same_top'] - l.get('same_top', float('nan')):+.3f}" if l_ok else "n/a",
             _fmt_times(q["times"]), _fmt_times(l["times"]) if l_ok else "n/a",

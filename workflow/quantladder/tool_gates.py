@@ -39,7 +39,7 @@ def llama_perplexity(exe: str, model: str, corpus: str, *, n_ctx: int, n_batch: 
                      flash_attn: bool, gpu_layers: int = 0) -> dict:
     cmd = [exe, "-m", str(model), "-f", str(corpus), "-c", str(n_ctx), "-b", str(n_batch),
            "--chunks", str(chunks if chunks > 0 else -1), "-t", str(threads), "-fa", _fa_flag(flash_attn),
-           "-ngl", str(gpu_layers)]
+           "-ngl", str(gpu_layers), "--swa-full"]  # full sliding-window streams, as the measures keep them
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True)
     out = r.stdout + r.stderr
