@@ -207,6 +207,8 @@ def main():
                     help="both sides alike: flash attention alone moves PPL by ~0.4%% on Q4_K_M here")
     ap.add_argument("--repeats", type=int, default=1,
                     help="run both sides this many times, interleaved; times are reported as mean ± sd")
+    ap.add_argument("--no-self", action="store_true",
+                    help="skip the reference rung's pass against its own base (only the base is written)")
     ap.add_argument("--max-mem-gib", type=float, default=16.0,
                     help="address-space limit of every run (no run can push the machine into the OOM killer); "
                          "llama-perplexity is not started where its predicted buffers exceed it")
@@ -224,6 +226,8 @@ def main():
     files = {Path(m).stem: Path(m) for m in a.models} if a.models else family_ladder(a.family, a.rungs, work)
     names = list(files)
     ref = names[0]
+    if a.no_self:  # the reference rung against its own base is a check, not a figure: skip its pass
+        names = names[1:]
     corpus = corpus_text(a.corpus, a.corpus_file, files[ref], work)
     text = corpus.read_text(encoding="utf-8")
     proto_args = {"n_ctx": a.n_ctx, "n_batch": a.batch, "chunks": a.chunks}

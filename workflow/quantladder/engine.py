@@ -475,7 +475,11 @@ class Engine:
                 same = np.flatnonzero(np.asarray(held[:m], dtype=np.int64) != prompt[:m])
                 kept = int(same[0]) if same.size else m
             if held is not None:
-                self.lc.llama_memory_seq_rm(self._mem, k, kept, -1)
+                # a memory that cannot drop a tail (a recurrent model's state) starts over empty
+                if kept and not self.lc.llama_memory_seq_rm(self._mem, k, kept, -1):
+                    kept = 0
+                if not kept:
+                    self.lc.llama_memory_seq_rm(self._mem, k, -1, -1)
                 held = None
             if room > 0 and budget > 0:
                 stops = tuple(s.encode("utf-8") for s in req.stop if s)

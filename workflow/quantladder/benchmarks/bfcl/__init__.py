@@ -25,8 +25,7 @@ __all__ = ["SCORER_VERSION", "BFCL", "NON_LIVE_AST", "headline_weights"]
 # The leaderboard's "non-live AST" is the four AST groups; irrelevance is reported apart.
 NON_LIVE_AST = ["simple_python", "simple_java", "simple_javascript", "multiple", "parallel", "parallel_multiple"]
 LIVE_AST = [c for c in LIVE if c not in NO_ANSWER]
-# 2: multi-turn steps continue their sequence (engine.Request.continues) and multi-turn items come
-# first in the item order (their steps are serial: started first, they overlap the single-turn items)
+# 2: multi-turn steps continue their sequence (engine.Request.continues)
 PROMPT_VERSION = "bfcl-prompting-2"
 
 metrics.declare(
@@ -100,9 +99,6 @@ class BFCL(Benchmark):
         data.verify(source)
         s = self.settings
         raw = data.load_items(source, s["categories"], s["limit"], s["limits"], s["seed"])
-        # multi-turn items first (stable): each is a chain of requests, one after another, so it
-        # starts while the batch is full of single-turn items rather than running alone at the end
-        raw.sort(key=lambda it: it["category"] not in MULTI_TURN)
         items = []
         for it in raw:
             answer = {"ground_truth": it.pop("ground_truth")} if "ground_truth" in it else {}
