@@ -10,7 +10,9 @@ What makes a reply reproducible (DESIGN rule 6; llama.cpp is not batch-invariant
 - **No implicit prompt cache.** Every request starts from an empty sequence; a sequence's cells are
   removed (``llama_memory_seq_rm``) the moment its request ends, and the whole memory is empty at the
   start and the end of a ``run``. (llama-cpp-python's ``create_completion`` silently reuses the KV
-  prefix the previous call left, so a reply depended on which item ran before it.)
+  prefix the previous call left, so a reply depended on which item ran before it.) The one reuse is
+  declared: a request that ``continues`` its driver's previous one (a multi-turn item's next step)
+  keeps that item's own cells.
 - **A fixed schedule.** Drivers are admitted in list order into the lowest free slot; each step first
   decodes the prompts of newly started requests, each alone and in ``n_batch`` chunks (exactly as at
   ``n_parallel = 1``), then one token of every generating sequence in one ``llama_decode``, in slot
@@ -18,7 +20,9 @@ What makes a reply reproducible (DESIGN rule 6; llama.cpp is not batch-invariant
 - **Split KV streams** (``kv_unified = false``, ``n_seq_max = n_parallel``): each sequence owns a
   stream of ``n_ctx`` cells, so its cells always start at cell 0 of its own buffer whatever its
   neighbours hold, and attention only spans its own stream (a unified buffer would interleave the
-  sequences' cells and make each token attend over all of them).
+  sequences' cells and make each token attend over all of them). The attention's width is still
+  the longest stream's in a micro-batch (llama.cpp's ``n_kv`` is the maximum over the streams), so a
+  short sequence batched with a long one pays the long one's width: measured in docs/parity.md.
 - **Greedy** is the argmax of the logits row, ties to the lowest token id (llama.cpp's greedy
   sampler, ``llama_sampler_greedy_apply``); a request ends at an end-of-generation token
   (``llama_vocab_is_eog``, not part of the reply), at a stop string (the reply's bytes are cut before
