@@ -94,7 +94,7 @@ def perplexity_gate(cfg: dict, *, family: str, card_label: str, tools: dict, mod
     theirs = llama_perplexity(llama_tools.tool(tools, "llama-perplexity"), model, corpus, **kw)
     ours = harness_perplexity(model, Path(corpus).read_text(encoding="utf-8"), **kw)
     verdict = anchors.judge_ppl(ours["ppl"], theirs["ppl"], float(gate["tolerance_pct"]))
-    doc["against"].update({"settings": {**kw, "corpus": s["corpus"]}, "ppl": theirs["ppl"],
+    doc["against"].update({"settings": {**kw, "corpus": s["corpus"], "swa_full": True}, "ppl": theirs["ppl"],
                            "ppl_err": theirs["ppl_err"], "seconds": theirs["seconds"]})
     doc.update({"status": verdict["status"], "reason": verdict["reason"], "reproduced": ours["ppl"],
                 "reproduced_err": ours["ppl_err"], "deviation_pct": verdict["deviation_pct"],
