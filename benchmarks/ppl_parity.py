@@ -62,11 +62,10 @@ def _wait_rss(cmd: list[str], limit_bytes: int | None) -> tuple[int, str, float,
 
 
 def llama_perplexity(exe, model, corpus, n_ctx, n_batch, chunks, threads, fa, limit, kl_base=None, kl=False):
-    cmd = [exe, "-m", str(model), "-f", str(corpus), "-c", str(n_ctx), "-b", str(n_batch),
-           "--chunks", str(chunks), "-t", str(threads), "-fa", fa,
-           # full sliding-window streams, as quantladder keeps them (llama-perplexity's default is a
-           # window-sized cache, whose figures differ on Gemma-3 rungs: docs/parity.md)
-           "--swa-full"]
+    from quantladder.tool_gates import perplexity_command
+
+    cmd = perplexity_command(exe, model, corpus, n_ctx=n_ctx, n_batch=n_batch, chunks=chunks, threads=threads,
+                             flash_attn=fa == "on")
     if kl_base:
         cmd += ["--kl-divergence-base", str(kl_base)]
     if kl:

@@ -35,11 +35,20 @@ def _fa_flag(fa: bool) -> str:
     return "on" if fa else "off"
 
 
+def perplexity_command(exe: str, model: str, corpus: str, *, n_ctx: int, n_batch: int, chunks: int, threads: int,
+                       flash_attn: bool, gpu_layers: int = 0) -> list[str]:
+    """llama-perplexity with the measures' settings (the gate's and benchmarks/ppl_parity.py's):
+    full sliding-window KV streams, as quantladder's contexts keep them (its default, a window-sized
+    cache, gives other figures on Gemma-3 rungs: docs/parity.md)."""
+    return [exe, "-m", str(model), "-f", str(corpus), "-c", str(n_ctx), "-b", str(n_batch),
+            "--chunks", str(chunks if chunks > 0 else -1), "-t", str(threads), "-fa", _fa_flag(flash_attn),
+            "-ngl", str(gpu_layers), "--swa-full"]
+
+
 def llama_perplexity(exe: str, model: str, corpus: str, *, n_ctx: int, n_batch: int, chunks: int, threads: int,
                      flash_attn: bool, gpu_layers: int = 0) -> dict:
-    cmd = [exe, "-m", str(model), "-f", str(corpus), "-c", str(n_ctx), "-b", str(n_batch),
-           "--chunks", str(chunks if chunks > 0 else -1), "-t", str(threads), "-fa", _fa_flag(flash_attn),
-           "-ngl", str(gpu_layers), "--swa-full"]  # full sliding-window streams, as the measures keep them
+    cmd = perplexity_command(exe, model, corpus, n_ctx=n_ctx, n_batch=n_batch, chunks=chunks, threads=threads,
+                             flash_attn=flash_attn, gpu_layers=gpu_layers)
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True)
     out = r.stdout + r.stderr
