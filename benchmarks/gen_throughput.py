@@ -19,11 +19,14 @@ sample: tokens/s mean ± sd over rounds, ratio of the means ± its standard erro
 
 ``plan``: the default config's enabled task benchmarks (HumanEval, RULER; BFCL when enabled), their
 items built as the pipeline builds them, generated through the one generation loop on one rung at
-``n_parallel = 1`` and at the n_parallel the pipeline would choose; wall time of each, and the share of
-byte-identical replies between the two (the noise floor's first half; verdict flips need scoring).
+``n_parallel = 1`` and at the n_parallel the pipeline would choose (``--vs batching``), or with the
+prefix cache off and on at one n_parallel (``--vs cache``); wall time of each, the prompt tokens
+decoded, and the share of byte-identical replies between the two sides (batching: the noise floor's
+first half, verdict flips need scoring; the cache: all of them, it is exact).
 
     .venv/bin/python benchmarks/gen_throughput.py --rung Q4_K_M --npl 1 4 8 16 --rounds 5
     .venv/bin/python benchmarks/gen_throughput.py plan --rung Q4_K_M
+    .venv/bin/python benchmarks/gen_throughput.py plan --vs cache --benchmarks ruler --config my.yaml
 """
 
 from __future__ import annotations
@@ -235,31 +238,43 @@ def run_plan(a) -> None:
                 items = items[:a.limit]
             policy = generation.policy_of(cfg, name)
             n_auto = generation.resolve_n_parallel(policy, info, max(bench.n_ctx(it) for it in items), "f16")
+            cache = bool(policy["prefix_cache"])
+            if a.vs == "batching":  # (n_parallel, prefix_cache) of side A, side B
+                sides = [(1, cache), (n_auto, cache)]
+            else:
+                n_sel = a.n_parallel or n_auto
+                sides = [(n_sel, False), (n_sel, True)]
             env = bench.open_env(source, "generate")
             out = {}
-            for n_par in ((1, n_auto) if a.first == "single" else (n_auto, 1)):
-                store = Path(tmp) / f"store-{n_par}"
+            for side in (sides if a.first == "a" else sides[::-1]):
+                n_par, pc = side
+                store = Path(tmp) / f"store-{n_par}-{pc}"
                 store.mkdir()
                 loop = generation.Loop(
                     bench, items, key=f"plan-{n_par}", store_dir=store, n_parallel=n_par,
                     wave_factor=int(policy.get("wave_factor", generation.DEFAULT_WAVE_FACTOR)),
-                    engine_for=lambda n_ctx, n_par=n_par: Engine(str(model), EngineSettings(
-                        n_ctx=n_ctx, n_parallel=n_par, n_threads=a.threads)),
-                    label=f"{name} n_parallel={n_par}", env=env)
+                    engine_for=lambda n_ctx, n_par=n_par, pc=pc: Engine(str(model), EngineSettings(
+                        n_ctx=n_ctx, n_parallel=n_par, n_threads=a.threads, prefix_cache=pc)),
+                    label=f"{name} n_parallel={n_par} prefix_cache={pc}", env=env)
                 t0 = time.perf_counter()
                 res = loop.run()
-                out[n_par] = (time.perf_counter() - t0, {r["item_id"]: r for r in res.records})
-                print(f"  {name} n_parallel={n_par}: {out[n_par][0]:.1f} s, "
-                      f"{sum(int(r.get('n_gen_tokens') or 0) for r in res.records)} tokens", flush=True)
-        (t1, r1), (tn, rn) = out[1], out[n_auto]
+                groups = res.meta["groups"].values()
+                decoded = sum(g["prompt_tokens"] - g["kept_tokens"] - g["cached_tokens"] for g in groups)
+                out[side] = (time.perf_counter() - t0, {r["item_id"]: r for r in res.records}, decoded,
+                             sum(g["prompt_tokens"] for g in groups))
+                print(f"  {name} n_parallel={n_par} prefix_cache={pc}: {out[side][0]:.1f} s, "
+                      f"{sum(int(r.get('n_gen_tokens') or 0) for r in res.records)} tokens generated, "
+                      f"{decoded} of {out[side][3]} prompt tokens decoded", flush=True)
+        (t1, r1, d1, _), (tn, rn, dn, _) = out[sides[0]], out[sides[1]]
         same = sum(1 for k in r1 if k in rn and r1[k]["text"] == rn[k]["text"])
-        rows.append([name, len(items), n_auto, f"{t1:.1f}", f"{tn:.1f}", f"{t1 / tn:.2f}×",
-                     f"{same}/{len(r1)} ({100 * same / max(1, len(r1)):.0f} %)"])
+        label = lambda sd: f"n_parallel {sd[0]}, cache {'on' if sd[1] else 'off'}"  # noqa: E731
+        rows.append([name, len(items), label(sides[0]), f"{t1:.1f}", label(sides[1]), f"{tn:.1f}",
+                     f"{t1 / tn:.2f}×", f"{d1} → {dn}", f"{same}/{len(r1)} ({100 * same / max(1, len(r1)):.0f} %)"])
     print(f"\n# {load_note()} at the end")
     print(f"# rung {a.rung} of the embedded SmolLM2-135M ladder, threads {a.threads}, flash attention off, "
           "each side run once (wall time of the generation loop, model loads included)")
-    print(fmt_table(["benchmark", "items", "n_parallel (auto)", "n_parallel=1 s", "batched s", "speed-up",
-                     "byte-identical replies"], rows))
+    print(fmt_table(["benchmark", "items", "side A", "A s", "side B", "B s", "speed-up",
+                     "prompt tokens decoded", "byte-identical replies"], rows))
 
 
 def main():
@@ -282,7 +297,10 @@ def main():
     ap.add_argument("--config", default=str(REPO / "config" / "config.yaml"), help="plan: the config whose plan runs")
     ap.add_argument("--benchmarks", nargs="*", help="plan: only these benchmarks")
     ap.add_argument("--limit", type=int, help="plan: the first N items of each benchmark")
-    ap.add_argument("--first", choices=["single", "batched"], default="single", help="plan: which side runs first")
+    ap.add_argument("--vs", choices=["batching", "cache"], default="batching",
+                    help="plan: n_parallel 1 vs the pipeline's choice (batching), or the prefix cache off vs on")
+    ap.add_argument("--n-parallel", type=int, help="plan --vs cache: at this n_parallel (default: the pipeline's)")
+    ap.add_argument("--first", choices=["a", "b"], default="a", help="plan: which side runs first")
     a = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)
     (run_plan if a.what == "plan" else run_tg)(a)

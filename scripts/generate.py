@@ -43,7 +43,8 @@ def run(smk):
         stopper = Stopper(bench, items, read_jsonl(smk.input.reference_verdicts), ScoringContext(env, threads=1))
     loop = generation.Loop(
         bench, items, key=smk.params.key, store_dir=Path(smk.output.generations).parent,
-        engine_for=lambda n_ctx: Engine(pt.model_path, pt.engine_settings(n_ctx=n_ctx, n_parallel=n_parallel)),
+        engine_for=lambda n_ctx: Engine(pt.model_path, pt.engine_settings(
+            n_ctx=n_ctx, n_parallel=n_parallel, prefix_cache=bool(policy["prefix_cache"]))),
         n_parallel=n_parallel, wave_factor=int(policy.get("wave_factor", generation.DEFAULT_WAVE_FACTOR)),
         budget=budget.from_snakemake(smk), time_budget_s=bench.settings.get("time_budget_s"),
         label=f"{bench.name} {pt.family}/{pt.rung}/{pt.kv}" + (" (noise floor)" if pt.series == "noise" else ""),

@@ -227,7 +227,9 @@ def test_a_continued_request_keeps_its_own_cells_and_decodes_only_the_rest(smoll
             g1, g2, g3 = recs[i]
             assert len(g1.tokens) == 1 and g1.finish_reason == "length"
             second = r.prompt + tuple(g1.tokens) + follow
-            assert _same(g2, _wave(eng, [Request(second, 10, prefix=len(r.prompt))])[0])
+            # the same chunks decoded fresh: an engine whose n_batch is that first prompt's length
+            with Engine(str(smollm_q4km), _settings(n_batch=len(r.prompt))) as chunked:
+                assert _same(g2, chunked.generate(list(second), 10))
             assert g2.n_prompt_tokens == len(second) and g2.n_kept_tokens == len(r.prompt)
             assert g1.n_kept_tokens == 0 and g3.n_kept_tokens == sys_turn
         # kept per driver: its first prompt (the reply's one token was never decoded), then the
@@ -426,15 +428,15 @@ def test_tokens_and_chat_prompt_match_llama_cpp_python(smollm_q8):
 _KV_SIZE = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)/(\d+) seqs\)")
 
 
-@pytest.mark.parametrize("n_ctx,n_parallel,kv,share", [(300, 1, "f16", False), (300, 3, "f16", False),
+@pytest.mark.parametrize("n_ctx,n_parallel,kv,cache", [(300, 1, "f16", False), (300, 3, "f16", False),
                                                          (1024, 2, "q8_0", True), (512, 4, "q8_0-q4_0", False)])
-def test_kv_cache_bytes_is_what_llama_cpp_allocates(smollm_q8, n_ctx, n_parallel, kv, share):
+def test_kv_cache_bytes_is_what_llama_cpp_allocates(smollm_q8, n_ctx, n_parallel, kv, cache):
     from quantladder.measures.memory import LlamaLog
 
     info = read_info(smollm_q8)
     with LlamaLog() as lg:
         eng = Engine(str(smollm_q8), EngineSettings(n_ctx=n_ctx, n_parallel=n_parallel, kv=kv, n_threads=1,
-                                                    share_prefix=share), verbose=True)
+                                                    prefix_cache=cache), verbose=True)
     try:
         assert eng.resolved["n_ctx_seq"] == padded_ctx(n_ctx) >= n_ctx
         assert eng.n_ctx == n_ctx and eng.n_parallel == n_parallel
@@ -443,8 +445,8 @@ def test_kv_cache_bytes_is_what_llama_cpp_allocates(smollm_q8, n_ctx, n_parallel
     m = _KV_SIZE.search("".join(lg.lines))
     assert m, "llama.cpp did not log its KV-cache size"
     mib, cells, layers, seqs = float(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(5))
-    assert (cells, layers, seqs) == (padded_ctx(n_ctx), info.n_layer, n_parallel + share)
-    assert abs(kv_cache_bytes(info, n_ctx, n_parallel, kv, share) / 2 ** 20 - mib) <= 0.005  # printed to 2 decimals
+    assert (cells, layers, seqs) == (padded_ctx(n_ctx), info.n_layer, n_parallel)  # the cache costs no stream
+    assert abs(kv_cache_bytes(info, n_ctx, n_parallel, kv) / 2 ** 20 - mib) <= 0.005  # printed to 2 decimals
 
 
 def test_default_n_parallel_reads_only_the_architecture(smollm_q8, smollm_q4km):
@@ -462,39 +464,92 @@ def test_default_n_parallel_reads_only_the_architecture(smollm_q8, smollm_q4km):
     assert default_n_parallel(a, 32768, 8 * per_seq) == 1 < default_n_parallel(a, 4096, 8 * per_seq)
 
 
-# -- an explicit shared prefix ----------------------------------------------------------------
+# -- the prefix cache: whole prompt chunks, exact -----------------------------------------------
 
-def test_a_shared_prefix_is_decoded_once_and_changes_no_reply(smollm_q4km, requests_q4):
-    """Requests that declare the chat template's system turn as their prefix: with share_prefix the
-    prefix is decoded once into its own stream and copied to each sequence; the replies are those
-    of the same requests decoded without sharing, byte for byte, at any n_parallel."""
-    prompts = [r.prompt for r in requests_q4[:6]]
-    common = next(i for i in range(min(map(len, prompts))) if len({p[i] for p in prompts}) > 1)
-    assert common > 20  # the system turn every chat prompt starts with
-    reqs = [Request(r.prompt, r.max_tokens, prefix=common) for r in requests_q4[:6]]
-    runs = {}
-    for share in (False, True):
-        for n_par in (1, 3):
-            with Engine(str(smollm_q4km), _settings(n_parallel=n_par, share_prefix=share)) as eng:
-                runs[share, n_par] = _wave(eng, reqs)
-                stats = dict(eng.last_run)
-                if share:
-                    assert stats["prefix_decodes"] == 1 and stats["prefix_copies"] == len(reqs)
-                    again = _wave(eng, reqs[:2])  # the prefix stream outlives a run: no decode now
-                    assert eng.last_run["prefix_decodes"] == 0
-                    assert all(_same(x, y) for x, y in zip(again, runs[share, n_par][:2]))
-                else:
-                    assert stats["prefix_decodes"] == stats["prefix_copies"] == 0
-                assert _memory_empty(eng)
+def _haystack_prompts(eng: Engine) -> list[tuple[int, ...]]:
+    """RULER-like prompts: one long text with a short needle at different depths (so they share
+    prefixes that end inside a chunk, across chunks, or not at all), one prompt twice, one other."""
+    words = ("The quick brown fox jumps over the lazy dog while the river runs past the old mill "
+             "and the miller counts his sacks of grain one by one before the evening bell rings. ").split()
+    text = [f"{w}{i % 7}" if i % 11 == 0 else w for i, w in enumerate(words * 8)]
+    out = []
+    for depth in (0.9, 0.35, 0.6, 0.9, 0.05):
+        cut = int(len(text) * depth)
+        body = " ".join(text[:cut] + ["The special magic number is 4817."] + text[cut:])
+        out.append(_prompt(eng, body + "\nWhat is the special magic number?"))
+    return out + [_prompt(eng, QUESTIONS[0])]
+
+
+def _lcp(a, b) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def test_the_prefix_cache_takes_whole_chunks_and_changes_no_reply(smollm_q4km):
+    """With prefix_cache a prompt takes the cells of its leading whole n_batch chunks from any stream
+    that decoded the same tokens: the replies, and the last prompt token's logits bit for bit, are
+    those of the cache off, at n_parallel 1 and 3, within a run and across runs (the cells outlive a
+    run), in any order; the counters say how many prompt tokens were not decoded."""
+    import numpy as np
+
+    nb = 64
+    kw = {"n_ctx": 448, "n_batch": nb}
+    with Engine(str(smollm_q4km), _settings(**kw)) as eng:
+        prompts = _haystack_prompts(eng)
+        assert min(map(len, prompts[:5])) > 4 * nb  # several chunks each
+        reqs = [Request(p, 8) for p in prompts]
+        ref = _wave(eng, reqs)  # cache off: every prompt decoded from an empty sequence
+        ref_logits = []
+        for p in prompts:  # the last prompt token's logits of a fresh decode
+            eng.generate(list(p), 1)
+            ref_logits.append(np.array(eng._logits(1)[0]))
+        assert eng.last_run["cached_tokens"] == 0 and _memory_empty(eng)
+
+    # what the cache can take at n_parallel = 1, item after item: the whole chunks each prompt
+    # shares with the one before it (the same prompt twice: all but its last, partial chunk)
+    def expected(order):
+        held, total = (), 0
+        for i in order:
+            p = prompts[i]
+            total += min(_lcp(held, p), len(p) - 1) // nb * nb
+            held = p[:len(p) // nb * nb]
+        return total
+
     for n_par in (1, 3):
-        assert all(_same(x, y) for x, y in zip(runs[False, n_par], runs[True, n_par]))
-    with Engine(str(smollm_q4km), _settings()) as eng:  # another prefix replaces the held one
-        eng_share = Engine(str(smollm_q4km), _settings(share_prefix=True))
-        try:
-            a = eng_share.generate(list(reqs[0].prompt), 8)
-            b = _wave(eng_share, [Request(reqs[1].prompt, 8, prefix=common - 3)])[0]
-            assert eng_share.last_run["prefix_decodes"] == 1
-            assert _same(b, _wave(eng, [Request(reqs[1].prompt, 8, prefix=common - 3)])[0])
-            assert _same(a, eng.generate(list(reqs[0].prompt), 8))
-        finally:
-            eng_share.close()
+        with Engine(str(smollm_q4km), _settings(prefix_cache=True, n_parallel=n_par, **kw)) as eng:
+            got = _wave(eng, reqs)
+            assert all(_same(a, b) for a, b in zip(got, ref))
+            stats = dict(eng.last_run)
+            assert stats["cached_tokens"] == sum(g.n_cached_tokens for g in got) > 0
+            assert all(g.n_cached_tokens % nb == 0 and g.n_cached_tokens < g.n_prompt_tokens for g in got)
+            if n_par == 1:
+                assert stats["cached_tokens"] == expected(range(len(prompts))) and stats["cache_copies"] == 0
+            else:  # batch mates' streams are sources too: copied whole, then cut to the chunks
+                assert stats["cache_copies"] > 0
+            # only whole chunks of prompts stay behind: every stream holds a multiple of n_batch cells
+            mem = eng.lc.llama_get_memory(eng.ctx)
+            assert all((eng.lc.llama_memory_seq_pos_max(mem, k) + 1) % nb == 0 for k in range(n_par))
+            # across runs, one item at a time, in another order: the cells a run left are used
+            across = 0
+            for i in (3, 0, 4, 1, 5, 2):
+                g = _wave(eng, [Request(prompts[i], 1)])[0]
+                assert g.tokens == ref[i].tokens[:1]
+                assert np.array_equal(np.array(eng._logits(1)[0]), ref_logits[i])  # bit for bit
+                assert eng.last_run["cached_tokens"] == g.n_cached_tokens
+                across += g.n_cached_tokens
+            assert across > 0
+
+    # a continued request (kept cells) and the cache together: still the replies of the cache off
+    def stepwise(p):
+        g1 = yield Request(p, 3)
+        g2 = yield Request(p + tuple(g1.tokens), 5, continues=True)
+        g3 = yield Request(prompts[0], 4, continues=True)
+        return (g1, g2, g3)
+
+    runs = []
+    for cache in (False, True):
+        with Engine(str(smollm_q4km), _settings(prefix_cache=cache, n_parallel=2, **kw)) as eng:
+            out: dict[int, tuple] = {}
+            eng.run([stepwise(p) for p in prompts[:4]], out.__setitem__)
+            runs.append([out[i] for i in range(4)])
+            assert (eng.last_run["cached_tokens"] > 0) == cache
+    assert all(_same(a, b) for x, y in zip(*runs) for a, b in zip(x, y))

@@ -7,12 +7,18 @@ sequences of one llama.cpp context (:meth:`Engine.run`), through the C API direc
 What makes a reply reproducible (DESIGN rule 6; llama.cpp is not batch-invariant, PR #6950, #7052,
 #11684, and a prompt cache alone changes greedy text, #2838):
 
-- **No implicit prompt cache.** Every request starts from an empty sequence; a sequence's cells are
-  removed (``llama_memory_seq_rm``) the moment its request ends, and the whole memory is empty at the
-  start and the end of a ``run``. (llama-cpp-python's ``create_completion`` silently reuses the KV
-  prefix the previous call left, so a reply depended on which item ran before it.) The one reuse is
-  declared: a request that ``continues`` its driver's previous one (a multi-turn item's next step)
-  keeps that item's own cells.
+- **No implicit prompt cache.** Every request is decoded as if its sequence were empty; a sequence's
+  reply cells are removed (``llama_memory_seq_rm``) the moment its request ends. (llama-cpp-python's
+  ``create_completion`` silently reuses the KV prefix the previous call left, so a reply depended on
+  which item ran before it.) Two reuses exist, both part of the settings or the schedule:
+  a request that ``continues`` its driver's previous one (a multi-turn item's next step) keeps that
+  item's own cells (declared by the driver, the reply depends on it); and with
+  ``EngineSettings.prefix_cache`` a prompt takes the cells of its leading **whole prompt chunks**
+  from a stream that decoded the same tokens as the same chunks (``n_batch`` tokens from position 0,
+  the chunks a fresh decode makes): those cells are the ones a fresh decode computes, bit for bit
+  (the same tokens, positions, chunk shape and attention width), so replies are byte-identical with
+  the cache on or off (tests/test_engine.py), and only the work shrinks (RULER's essay haystacks,
+  shared system prompts).
 - **A fixed schedule.** Drivers are admitted in list order into the lowest free slot; each step first
   decodes the prompts of newly started requests, each alone and in ``n_batch`` chunks (exactly as at
   ``n_parallel = 1``), then one token of every generating sequence in one ``llama_decode``, in slot
@@ -62,9 +68,8 @@ def parse_kv(kv: str) -> tuple[str, str]:
     return parts[0], parts[1]
 
 
-def kv_cache_bytes(info, n_ctx: int, n_parallel: int = 1, kv: str = "f16", share_prefix: bool = False) -> int:
-    """The KV-cache bytes the engine's context allocates: ``n_parallel`` streams (one more with
-    ``share_prefix``) of
+def kv_cache_bytes(info, n_ctx: int, n_parallel: int = 1, kv: str = "f16") -> int:
+    """The KV-cache bytes the engine's context allocates: ``n_parallel`` streams of
     ``padded_ctx(n_ctx)`` cells, each cell ``layers × kv_heads × (k_dim·bytes_k + v_dim·bytes_v)``
     (``info`` is a :class:`quantladder.gguf_meta.GGUFInfo`; the memory measure's formula).
 
@@ -73,7 +78,7 @@ def kv_cache_bytes(info, n_ctx: int, n_parallel: int = 1, kv: str = "f16", share
     tests/test_engine.py checks it against the size llama.cpp reports when it allocates.
     """
     type_k, type_v = parse_kv(kv)
-    return (int(n_parallel) + bool(share_prefix)) * info.kv_bytes(padded_ctx(n_ctx), type_k, type_v)
+    return int(n_parallel) * info.kv_bytes(padded_ctx(n_ctx), type_k, type_v)
 
 
 def default_n_parallel(info, n_ctx: int, budget_bytes: int, kv: str = "f16",
@@ -97,9 +102,9 @@ class EngineSettings:
     flash_attn: bool | None = None  # None: on exactly when V is quantized (llama.cpp requires it)
     seed: int = 0
     n_parallel: int = 1  # sequences decoded together (continuous batching)
-    # keep one extra stream holding the last Request.prefix decoded, and copy it to the requests
-    # that start with the same tokens (replies are byte-identical either way: see Request.prefix)
-    share_prefix: bool = False
+    # reuse the cells of whole prompt chunks another prompt decoded from the same tokens (exact:
+    # replies are byte-identical either way; see the module's docstring); no extra memory
+    prefix_cache: bool = False
 
     def resolved(self) -> dict:
         k, v = parse_kv(self.kv)
@@ -121,10 +126,6 @@ class Request:
     prompt: tuple[int, ...]  # prompt tokens, BOS already included as the caller wants
     max_tokens: int  # the budget; clipped to the room left in the sequence's context
     stop: tuple[str, ...] = ()  # stop strings: the reply is cut before the first one that appears
-    # The first ``prefix`` prompt tokens are a part other requests share (BFCL's system prompt):
-    # they are decoded as chunks of their own and the rest of the prompt from there, so a reply
-    # depends on ``prefix`` but never on whether the engine shared it (EngineSettings.share_prefix)
-    prefix: int = 0
     # The request continues its driver's previous one (the next step of a multi-turn item): the
     # sequence keeps the cells of the previous prompt and reply that this prompt starts with (their
     # longest common token prefix, at least the last prompt token decoded again for its logits) and
@@ -146,6 +147,7 @@ class Generation:
     extra: dict = field(default_factory=dict)
     tokens: tuple[int, ...] = ()  # the generated ids (an end-of-generation token is not one of them)
     n_kept_tokens: int = 0  # prompt tokens whose cells the previous request left (Request.continues)
+    n_cached_tokens: int = 0  # prompt tokens whose cells came from the prefix cache (whole chunks)
 
 
 Driver = Generator[Request, Generation, Any]
@@ -174,7 +176,7 @@ class _Seq:
     """One request in one slot: where it stands and what it produced."""
 
     __slots__ = ("index", "driver", "prompt", "budget", "stops", "max_stop", "phase", "pos", "tokens",
-                 "buf", "last", "t0", "cut", "prefix", "kept")
+                 "buf", "last", "t0", "cut", "kept", "cached")
 
     def __init__(self, index, driver, prompt, budget, stops, t0):
         self.index, self.driver, self.prompt, self.budget, self.t0 = index, driver, prompt, budget, t0
@@ -186,7 +188,7 @@ class _Seq:
         self.buf = bytearray()  # the reply's bytes, pieces appended as produced
         self.last = -1  # the last generated token, to be decoded next
         self.cut = -1  # where a stop string begins in buf
-        self.prefix = 0  # leading prompt tokens decoded as chunks of their own (Request.prefix)
+        self.cached = 0  # leading prompt tokens whose cells came from the prefix cache
         self.kept = 0  # leading prompt tokens whose cells the previous request left (Request.continues)
 
 
@@ -202,7 +204,7 @@ class Engine:
         self.settings = settings or EngineSettings()
         r = self.settings.resolved()
         n_par = int(r["n_parallel"])
-        n_streams = n_par + bool(r["share_prefix"])  # the last stream holds the shared prefix
+        n_streams = n_par
         n_batch = max(min(int(r["n_batch"]), padded_ctx(r["n_ctx"])), n_par)
         n_ubatch = min(n_batch, 512)
         self.model = self.ctx = None
@@ -247,8 +249,10 @@ class Engine:
         if n_ctx_seq < r["n_ctx"]:  # llama.cpp gave less than asked: refuse rather than overflow
             raise RuntimeError(f"{self.model_path}: llama.cpp gave {n_ctx_seq} cells per sequence, "
                                f"fewer than n_ctx {r['n_ctx']}")
-        self._prefix_seq = n_par if r["share_prefix"] else None
-        self._prefix_held: tuple[int, ...] | None = None  # the tokens the prefix stream holds
+        # per stream: the tokens of the whole prompt chunks whose cells it holds as a fresh decode
+        # makes them (what the prefix cache may copy); empty without the cache
+        self._cache = bool(r["prefix_cache"])
+        self._exact: list = [np.zeros(0, dtype=np.int32) for _ in range(n_par)]
         self.resolved = {**r, "n_batch": n_batch, "n_ubatch": n_ubatch, "n_seq_max": n_streams,
                          "kv_unified": False, "n_ctx_seq": n_ctx_seq}
         self._template: dict[bool, Any] = {}
@@ -270,7 +274,8 @@ class Engine:
         self._logits_addr = None
         self._logits_view = None
         # what the last run() did (for a job's record): decodes of prompt chunks, generation steps
-        # and their sequences, stream moves of the compaction, requests served
+        # and their sequences, stream moves of the compaction, requests served, prompt tokens
+        # kept (Request.continues) or taken from the prefix cache, the cache's stream copies
         self.last_run: dict = {}
 
     # -- model facts ------------------------------------------------------------------------
@@ -394,9 +399,11 @@ class Engine:
         yields its next one (a multi-turn item) or returns, and then ``on_finish(index_in_drivers,
         returned_value)`` is called. Drivers are admitted in list order into the lowest free of
         ``n_parallel`` slots; a slot freed at a step boundary takes the next driver. A new request
-        starts from an empty sequence; a request's cells are removed when it ends. ``on_step(prompt
-        tokens decoded, tokens generated)`` follows every ``llama_decode``. A request that
-        ``continues`` its driver's previous one keeps the cells it starts with (Request.continues).
+        is decoded as from an empty sequence; a request's reply cells are removed when it ends.
+        ``on_step(prompt tokens decoded, tokens generated)`` follows every ``llama_decode``. A request
+        that ``continues`` its driver's previous one keeps the cells it starts with
+        (Request.continues); with the prefix cache a prompt's leading whole chunks may come from any
+        stream that holds them (exact: see the module's docstring).
         """
         lc = self.lc
         n_par = self.n_parallel
@@ -404,7 +411,7 @@ class Engine:
         slots: list[_Seq | None] = [None] * n_par
         step = on_step or (lambda n_prompt, n_gen: None)
         self.last_run = {"prefill_decodes": 0, "gen_steps": 0, "gen_rows": 0, "moves": 0, "requests": 0,
-                         "prefix_decodes": 0, "prefix_copies": 0, "kept_tokens": 0}
+                         "kept_tokens": 0, "cached_tokens": 0, "cache_copies": 0}
         self._clear_slots()
         ok = False
         try:
@@ -429,20 +436,31 @@ class Engine:
                 self._generate_step(live, slots, step, on_finish)
             ok = True
         finally:
-            self._clear_slots()
+            self._clear_slots(keep=ok)  # after a failed decode nothing held is trusted
             if not ok:
                 for s in slots:
                     if s is not None:
                         s.driver.close()
 
-    def _clear_slots(self) -> None:
-        """Empty every sequence's stream (metadata only: cells beyond a sequence's own are masked);
-        the shared-prefix stream, when there is one, keeps what it holds."""
-        if self._prefix_seq is None:
-            self.lc.llama_memory_clear(self._mem, False)
-        else:
+    def _clear_slots(self, keep: bool = True) -> None:
+        """Empty every sequence's stream (metadata only: cells beyond a sequence's own are masked),
+        but for the whole prompt chunks the prefix cache may reuse (``keep``)."""
+        if self._cache and keep:
             for k in range(self.n_parallel):
-                self.lc.llama_memory_seq_rm(self._mem, k, -1, -1)
+                self._trim(k, len(self._exact[k]))
+        else:
+            self.lc.llama_memory_clear(self._mem, False)
+            self._exact = [e[:0] for e in self._exact]
+
+    def _trim(self, k: int, m: int) -> None:
+        """Keep stream ``k``'s first ``m`` cells (whole cached chunks), remove the rest."""
+        if m and not self.lc.llama_memory_seq_rm(self._mem, k, m, -1):
+            # a memory that cannot drop a tail (a recurrent model's state): no cache for it
+            self._cache = False
+            m = 0
+        if not m:
+            self.lc.llama_memory_seq_rm(self._mem, k, -1, -1)
+        self._exact[k] = self._exact[k][:m]
 
     # -- the schedule -----------------------------------------------------------------------
     def _admit(self, slots, pending, on_finish) -> None:
@@ -482,13 +500,15 @@ class Engine:
                 # a memory that cannot drop a tail (a recurrent model's state) starts over empty
                 if kept and not self.lc.llama_memory_seq_rm(self._mem, k, kept, -1):
                     kept = 0
-                if not kept:
-                    self.lc.llama_memory_seq_rm(self._mem, k, -1, -1)
+                if kept:  # the cached chunks are those the kept cells still hold
+                    e = self._exact[k]
+                    self._exact[k] = e[:min(len(e), kept // self.n_batch * self.n_batch)]
+                else:
+                    self._trim(k, len(self._exact[k]))
                 held = None
             if room > 0 and budget > 0:
                 stops = tuple(s.encode("utf-8") for s in req.stop if s)
                 slots[k] = _Seq(i, d, prompt.astype(np.int32), budget, stops, t0)
-                slots[k].prefix = max(0, min(int(req.prefix), n - 1))
                 slots[k].kept = kept
                 self.last_run["kept_tokens"] += kept
                 return
@@ -513,11 +533,11 @@ class Engine:
         # an incomplete trailing UTF-8 character (cut by the budget) is dropped, as llama-cpp-python does
         g = Generation(text=data.decode("utf-8", errors="ignore"), n_prompt_tokens=int(s.prompt.size),
                        n_gen_tokens=len(s.tokens), finish_reason=reason, seconds=time.perf_counter() - s.t0,
-                       tokens=tuple(s.tokens), n_kept_tokens=s.kept)
+                       tokens=tuple(s.tokens), n_kept_tokens=s.kept, n_cached_tokens=s.cached)
         try:
             req = s.driver.send(g)
         except StopIteration as e:
-            self.lc.llama_memory_seq_rm(self._mem, k, -1, -1)
+            self._trim(k, len(self._exact[k]))
             slots[k] = None
             on_finish(s.index, e.value)
             return
@@ -604,33 +624,54 @@ class Engine:
         return n
 
     def _prefill(self, k, slots, step, on_finish) -> None:
-        """Decode slot ``k``'s prompt alone in n_batch chunks (the same chunks at any n_parallel):
-        first its shared prefix (decoded into the prefix stream once and copied, or decoded here),
-        then the rest; the last row gives the first token."""
+        """Decode slot ``k``'s prompt alone in n_batch chunks from position 0 (the same chunks at any
+        n_parallel), but for the cells it already has: a continued request's kept cells, or the
+        whole chunks the prefix cache finds; the last row gives the first token."""
         import numpy as np
 
         s = slots[k]
-        prompt, n_all, n_pre = s.prompt, int(s.prompt.size), s.prefix
+        prompt, n_all = s.prompt, int(s.prompt.size)
         if s.kept:  # a continued request: its cells up to ``kept`` are there already
-            n_pre = s.kept
-        elif n_pre:
-            if self._prefix_seq is None:
-                self._decode_span(k, prompt, 0, n_pre, False, step)
-            else:
-                held = tuple(prompt[:n_pre].tolist())
-                if self._prefix_held != held:
-                    self._prefix_held = None
-                    self.lc.llama_memory_seq_rm(self._mem, self._prefix_seq, -1, -1)
-                    self._decode_span(self._prefix_seq, prompt, 0, n_pre, False, step)
-                    self._prefix_held = held
-                    self.last_run["prefix_decodes"] += 1
-                # a whole-stream copy, applied by llama.cpp before the next decode (the rest below)
-                self.lc.llama_memory_seq_cp(self._mem, self._prefix_seq, k, -1, -1)
-                self.last_run["prefix_copies"] += 1
-        n = self._decode_span(k, prompt, n_pre, n_all, True, step)
+            start = s.kept
+        elif self._cache:
+            start = s.cached = self._from_cache(k, prompt)
+        else:
+            start = 0
+        n = self._decode_span(k, prompt, start, n_all, True, step)
+        if self._cache and not s.kept:
+            self._exact[k] = prompt[:n_all // self.n_batch * self.n_batch].copy()
         s.pos = n_all
         token = int(np.argmax(self._logits(1)[0]))  # first maximum: ties go to the lowest id
         step(n, self._accept(k, slots, token, on_finish))
+
+    def _from_cache(self, k: int, prompt) -> int:
+        """Give stream ``k`` the longest run of whole chunks any stream holds for ``prompt``'s first
+        tokens (its own first, then the lowest; the last prompt token is always decoded, for its
+        logits); the rest of the stream is emptied. Returns the prompt tokens it now holds."""
+        import numpy as np
+
+        nb = self.n_batch
+        limit = (int(prompt.size) - 1) // nb * nb
+        best, src = 0, k
+        for j in [k] + [j for j in range(self.n_parallel) if j != k]:
+            e = self._exact[j]
+            m = min(int(e.size), limit)
+            if m <= best:
+                continue
+            diff = np.flatnonzero(e[:m] != prompt[:m])
+            m = (int(diff[0]) if diff.size else m) // nb * nb
+            if m > best:
+                best, src = m, j
+        if src != k:
+            # a whole-stream copy, applied by llama.cpp before the next decode (this prompt's rest)
+            self.lc.llama_memory_seq_cp(self._mem, src, k, -1, -1)
+            self._exact[k] = self._exact[src]
+            self.last_run["cache_copies"] += 1
+        self._trim(k, best)
+        if best and not self._cache:  # the tail could not be dropped: nothing was kept
+            best = 0
+        self.last_run["cached_tokens"] += best
+        return best
 
     def _generate_step(self, live, slots, step, on_finish) -> None:
         """One token of every generating sequence, in one llama_decode, in slot order."""
@@ -668,6 +709,7 @@ class Engine:
             src, dst = live[-1], free[0]
             lc.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
             lc.llama_memory_seq_rm(self._mem, src, -1, -1)
+            self._exact[dst], self._exact[src] = self._exact[src], self._exact[src][:0]
             slots[dst], slots[src] = slots[src], None
             self.last_run["moves"] += 1
 

@@ -60,7 +60,8 @@ def policy_of(cfg: dict, benchmark: str) -> dict:
     a benchmark's own `n_parallel` overriding it."""
     from .manifest import generation_policy
 
-    g = {"n_parallel": "auto", "kv_budget_mb": DEFAULT_KV_BUDGET_MB, "wave_factor": DEFAULT_WAVE_FACTOR}
+    g = {"n_parallel": "auto", "kv_budget_mb": DEFAULT_KV_BUDGET_MB, "wave_factor": DEFAULT_WAVE_FACTOR,
+         "prefix_cache": True}
     g.update({k: v for k, v in generation_policy(cfg, benchmark).items() if v is not None and k != "noise_floor"})
     return g
 
@@ -232,7 +233,8 @@ class Loop:
                     engine_ctx = wave.n_ctx
                     engines[wave.n_ctx] = dict(getattr(engine, "resolved", {}) or {})
                 g = groups.setdefault(wave.n_ctx, {"items": 0, "prompt_tokens": 0, "gen_tokens": 0, "seconds": 0.0,
-                                                   "waves": 0, "peak_rss_bytes": 0})
+                                                   "waves": 0, "peak_rss_bytes": 0, "kept_tokens": 0,
+                                                   "cached_tokens": 0})
                 t0 = time.time()
                 with self.budget.item():
                     mismatches += self._run_wave(engine, wave, have, progress, g)
@@ -285,6 +287,10 @@ class Loop:
             _run_one_by_one(engine, drivers, on_finish, progress.step)
         else:
             run(drivers, on_finish, progress.step)
+            # prompt tokens not decoded: kept by a continued request, or taken from the prefix cache
+            stats = getattr(engine, "last_run", None) or {}
+            for k in ("kept_tokens", "cached_tokens"):
+                group[k] += int(stats.get(k, 0))
         return mismatches
 
 

@@ -142,6 +142,8 @@ def common_rows(verdicts: list[dict], gen_meta: dict, *, kv_info=None, kv: str =
         c = int(c)
         rows.append(metrics.row("generation_items", g["items"], n_ctx=c))
         rows.append(metrics.row("generation_prompt_tokens", g["prompt_tokens"], n_ctx=c))
+        if "cached_tokens" in g:
+            rows.append(metrics.row("generation_reused_prompt_tokens", g["kept_tokens"] + g["cached_tokens"], n_ctx=c))
         rows.append(metrics.row("generation_output_tokens", g["gen_tokens"], n_ctx=c))
         rows.append(metrics.row("generation_seconds", round(g["seconds"], 3), n_ctx=c))
         if g.get("peak_rss_bytes"):
