@@ -375,7 +375,8 @@ class Engine:
 
     # -- generation -------------------------------------------------------------------------
     def generate(self, prompt: str | Sequence[int], max_tokens: int, stop: Sequence[str] = ()) -> Generation:
-        """Greedy completion of one item alone, on an empty KV state (never what an earlier call left):
+        """Greedy completion of one item alone, decoded as on an empty KV state (an earlier call
+        changes nothing; the prefix cache only takes whole chunks that decode the same):
         :meth:`run` with one driver. The prompt is text already rendered (special tokens parsed) or
         tokens."""
         if isinstance(prompt, str):
