@@ -208,6 +208,10 @@ def run_tg(a) -> None:
 
 # -- the default plan -----------------------------------------------------------------------------
 
+def _side(side: tuple[int, bool]) -> str:
+    return f"n_parallel {side[0]}, cache {'on' if side[1] else 'off'}"
+
+
 def run_plan(a) -> None:
     from quantladder import config as qconfig
     from quantladder import generation
@@ -267,8 +271,7 @@ def run_plan(a) -> None:
                       f"{decoded} of {out[side][3]} prompt tokens decoded", flush=True)
         (t1, r1, d1, _), (tn, rn, dn, _) = out[sides[0]], out[sides[1]]
         same = sum(1 for k in r1 if k in rn and r1[k]["text"] == rn[k]["text"])
-        label = lambda sd: f"n_parallel {sd[0]}, cache {'on' if sd[1] else 'off'}"  # noqa: E731
-        rows.append([name, len(items), label(sides[0]), f"{t1:.1f}", label(sides[1]), f"{tn:.1f}",
+        rows.append([name, len(items), _side(sides[0]), f"{t1:.1f}", _side(sides[1]), f"{tn:.1f}",
                      f"{t1 / tn:.2f}×", f"{d1} → {dn}", f"{same}/{len(r1)} ({100 * same / max(1, len(r1)):.0f} %)"])
     print(f"\n# {load_note()} at the end")
     print(f"# rung {a.rung} of the embedded SmolLM2-135M ladder, threads {a.threads}, flash attention off, "

@@ -3,8 +3,9 @@
 
 Same GGUF files, same corpus (any corpus of the config, or a file), same n_ctx and batch, same
 threads, full sliding-window KV streams on both sides (llama-perplexity ``--swa-full``).
-llama-perplexity first writes its KL base from the reference rung (--kl-divergence-base), then each rung is run in its --kl-divergence mode; quantladder stores its reference log-probs once
-and runs each rung once. Every run is its own process, so each has its own peak RSS (from wait4).
+llama-perplexity first writes its KL base from the reference rung (--kl-divergence-base), then each
+rung is run in its --kl-divergence mode; quantladder stores its reference log-probs once and runs
+each rung once. Every run is its own process, so each has its own peak RSS (from wait4).
 Prints both figures, both wall times and both peak RSS side by side, and the deviations against
 the targets (PPL within 0.1 %, mean KLD within 2 %, same-top within 0.2 points, time ≤ 1.10×).
 

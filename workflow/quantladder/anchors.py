@@ -189,7 +189,7 @@ def tool_gate_key(cfg: dict, family: str, measure: str) -> str:
     extra = {}
     if measure == "perplexity":
         extra["corpus"] = (cfg.get("corpora") or {}).get(settings.get("corpus"))
-        extra["swa_full"] = True  # llama-perplexity runs with --swa-full (tool_gates.llama_perplexity)
+        extra["swa_full"] = True  # llama-perplexity runs with --swa-full (tool_gates.perplexity_command)
     return hash_obj({"gate": tool_gate_settings(cfg, measure), "settings": settings, **extra,
                      "family_source": fam["source"], "family_sha256": fam.get("sha256"),
                      "reference": fam.get("reference", "F16"), "threads": cfg.get("threads", 0),

@@ -204,7 +204,6 @@ class Engine:
         self.settings = settings or EngineSettings()
         r = self.settings.resolved()
         n_par = int(r["n_parallel"])
-        n_streams = n_par
         n_batch = max(min(int(r["n_batch"]), padded_ctx(r["n_ctx"])), n_par)
         n_ubatch = min(n_batch, 512)
         self.model = self.ctx = None
@@ -221,10 +220,10 @@ class Engine:
             if not self.model:
                 raise RuntimeError(f"{self.model_path}: llama.cpp could not load the model")
             cp = llama_cpp.llama_context_default_params()
-            cp.n_ctx = n_streams * padded_ctx(r["n_ctx"])
+            cp.n_ctx = n_par * padded_ctx(r["n_ctx"])
             cp.n_batch = n_batch
             cp.n_ubatch = n_ubatch
-            cp.n_seq_max = n_streams
+            cp.n_seq_max = n_par
             cp.kv_unified = False  # one stream per sequence (see the module's docstring)
             cp.swa_full = True  # sliding-window layers keep full streams: the KV size stays exact
             cp.n_threads = r["n_threads"]
@@ -253,7 +252,7 @@ class Engine:
         # makes them (what the prefix cache may copy); empty without the cache
         self._cache = bool(r["prefix_cache"])
         self._exact: list = [np.zeros(0, dtype=np.int32) for _ in range(n_par)]
-        self.resolved = {**r, "n_batch": n_batch, "n_ubatch": n_ubatch, "n_seq_max": n_streams,
+        self.resolved = {**r, "n_batch": n_batch, "n_ubatch": n_ubatch, "n_seq_max": n_par,
                          "kv_unified": False, "n_ctx_seq": n_ctx_seq}
         self._template: dict[bool, Any] = {}
         self._pieces: dict[int, bytes] = {}
