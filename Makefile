@@ -12,14 +12,17 @@ run: setup
 test: setup
 	$(BIN)/python -m pytest -ra
 
-setup: $(VENV)/.installed system-packages
+setup: system-packages $(VENV)/.installed
 
 system-packages:
 	bash .ci/install-system-packages.sh
 
-$(VENV)/.installed: pyproject.toml
+# llama-cpp-python is compiled by the project (AMX off, cached per CPU: quantladder/llama_tools.py),
+# then the package and its other dependencies go in beside it.
+$(VENV)/.installed: pyproject.toml workflow/quantladder/llama_tools.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	PYTHONPATH=workflow $(BIN)/python -m quantladder.llama_tools library pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 

@@ -6,11 +6,18 @@
 # Without it the build targets "native": the card of the machine that builds (a GPU node).
 set -euo pipefail
 ARCHS=${QUANTLADDER_CUDA_ARCHITECTURES:-native}
+# llama.cpp's AMX kernels stay out of the CPU side of this build too (quantladder/llama_tools.py,
+# NO_AMX_FLAGS: they crash in llama_decode on AMX CPUs, ggml-org/llama.cpp#20824)
+if [ "$(uname -m)" = "x86_64" ]; then
+  export CFLAGS="${CFLAGS:-} -mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  export CXXFLAGS="${CXXFLAGS:-} -mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+fi
 CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${ARCHS}" \
   pip install --no-binary llama-cpp-python "llama-cpp-python==0.3.36" --force-reinstall --no-deps --no-cache-dir
 python - <<'PY'
 import llama_cpp
 info = llama_cpp.llama_print_system_info().decode()
 assert "CUDA" in info, f"llama-cpp-python was not built with CUDA: {info}"
+assert "AMX_INT8 = 1" not in info, f"llama-cpp-python was built with AMX: {info}"
 print("llama-cpp-python CUDA build:", info.split("|")[0])
 PY

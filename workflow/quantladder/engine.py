@@ -212,6 +212,7 @@ class Engine:
         from llama_cpp import _logger
 
         _logger.set_verbose(verbose)
+        check_library()
         with _quiet_stderr(not verbose):
             llama_cpp.llama_backend_init()
             mp = llama_cpp.llama_model_default_params()
@@ -735,6 +736,18 @@ class Engine:
             self.close()
 
 
+def check_library() -> None:
+    """Refuse a libllama that would crash rather than measure (llama_tools.library_refusal: a build
+    with llama.cpp's AMX kernels), before any model is loaded."""
+    import llama_cpp
+
+    from .llama_tools import library_refusal
+
+    why = library_refusal(llama_cpp.llama_print_system_info().decode())
+    if why:
+        raise ConfigError(f"{library_info().get('libllama_path') or 'libllama'}: {why}")
+
+
 def library_info() -> dict:
     """llama-cpp-python's version and the sha256 of the libllama it loaded (part of every manifest)."""
     import llama_cpp
@@ -781,6 +794,7 @@ class RawContext:
         r = s.resolved()
         r.pop("n_parallel")  # one context per measure: its record stays what it was
         self.resolved = {**r, "n_ubatch": n_ubatch or min(n_batch, 512), "n_seq_max": n_seq_max}
+        check_library()
         with _quiet_stderr(not verbose):
             llama_cpp.llama_backend_init()
             mp = llama_cpp.llama_model_default_params()

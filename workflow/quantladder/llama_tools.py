@@ -19,10 +19,13 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import fcntl
+import functools
 import importlib.metadata
 import importlib.util
 import json
 import os
+import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -34,7 +37,15 @@ from .errors import ConfigError, QuantladderError
 from .io import hash_obj, sha256_file
 
 TOOLS = ("llama-imatrix", "llama-quantize", "llama-perplexity", "llama-bench")
-BUILDER_VERSION = "1"  # bump when the build recipe below changes what the binaries are
+BUILDER_VERSION = "2"  # bump when the build recipe below changes what the binaries are
+
+# llama.cpp's AMX kernels are left out of every CPU build, the library's and the tools': in the
+# llama.cpp that llama-cpp-python 0.3.36 vendors, ggml_backend_amx_mul_mat segfaults in the first
+# prompt decode of SmolLM2-135M Q4_K_M on an AMX vCPU (Intel Xeon, AMX_INT8; F16 runs; measured
+# 2026-12-02, docs/parity.md; upstream ggml-org/llama.cpp#20824, open). ggml builds with
+# -march=native, which turns AMX on wherever the CPU has it; an explicit -mno-amx-* wins over
+# -march whatever their order (GCC, Clang). The other x86 kernels (AVX-512, VNNI, repack) stay.
+NO_AMX_FLAGS = ("-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16")
 
 # ggml backend libraries a llama-cpp-python wheel or source build ships, by backend name.
 _BACKEND_LIBS = (("cuda", "libggml-cuda"), ("rocm", "libggml-hip"), ("vulkan", "libggml-vulkan"),
@@ -70,10 +81,34 @@ def library_backend() -> str:
     return "cpu"
 
 
+def cpu_flags() -> list[str]:
+    """The C/C++ flags every llama.cpp build of this project adds (NO_AMX_FLAGS on x86-64)."""
+    return list(NO_AMX_FLAGS) if platform.machine().lower() in ("x86_64", "amd64") else []
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_features() -> str:
+    """What a -march=native build depends on: the CPU's feature flags (Linux), else the machine
+    name. Part of every build key, so a cache shared by nodes of different CPUs (a cluster's home
+    directory) never hands one node's binaries to another."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith(("flags", "Features")):
+                    return " ".join(sorted(line.split(":", 1)[1].split()))
+    except OSError:
+        pass
+    return platform.machine()
+
+
 def cmake_args(backend: str, extra: list[str] | tuple[str, ...] = ()) -> list[str]:
-    """Static Release binaries of the four tools, nothing else (no curl, server, tests, examples)."""
+    """Static Release binaries of the four tools, nothing else (no curl, server, tests, examples),
+    with the library's CPU flags (cpu_flags)."""
     args = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_CURL=OFF",
             "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF"]
+    flags = " ".join(cpu_flags())
+    if flags:
+        args += [f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}"]
     if backend == "cuda":
         archs = os.environ.get("QUANTLADDER_CUDA_ARCHITECTURES", "native")
         args += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={archs}"]
@@ -99,7 +134,7 @@ def cache_root(configured: str | None = None) -> Path:
 
 
 def build_key(version: str, backend: str, args: list[str]) -> str:
-    return f"{version}-{backend}-{hash_obj({'args': args, 'builder': BUILDER_VERSION})[:8]}"
+    return f"{version}-{backend}-{hash_obj({'args': args, 'builder': BUILDER_VERSION, 'cpu': cpu_features()})[:8]}"
 
 
 def _log(log, msg: str) -> None:
@@ -107,12 +142,12 @@ def _log(log, msg: str) -> None:
     (log or sys.stderr).flush()
 
 
-def _run(cmd: list[str], log, cwd=None) -> None:
+def _run(cmd: list[str], log, cwd=None, env=None, what: str = "building llama.cpp's tools") -> None:
     _log(log, "$ " + " ".join(cmd))
-    r = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    r = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     _log(log, r.stdout[-20000:])
     if r.returncode != 0:
-        raise ToolsError(f"building llama.cpp's tools failed at `{' '.join(cmd[:3])} ...` (exit {r.returncode}):\n"
+        raise ToolsError(f"{what} failed at `{' '.join(cmd[:3])} ...` (exit {r.returncode}):\n"
                          f"{r.stdout[-3000:]}")
 
 
@@ -134,6 +169,75 @@ def fetch_sdist(version: str, dest: Path, log=None) -> Path:
     if not p.is_file():
         raise ToolsError(f"pip did not leave {name} in {dest}")
     return p
+
+
+def pinned_version(pyproject: str | os.PathLike) -> str:
+    """The llama-cpp-python version pyproject.toml pins (``llama-cpp-python==X``)."""
+    p = Path(pyproject)
+    m = re.search(r"[\"']llama[-_]cpp[-_]python==([0-9A-Za-z.+-]+)[\"']", p.read_text())
+    if not m:
+        raise ConfigError(f"{p}: no llama-cpp-python==<version> pin in its dependencies")
+    return m.group(1)
+
+
+def library_wheel(version: str, log=None) -> Path:
+    """llama-cpp-python ``version`` compiled from its sdist with cpu_flags() added to the compiler
+    flags (so with AMX off), cached in ``<tools cache>/wheels`` per (version, flags, CMAKE_ARGS,
+    CPU features, Python): pip's own wheel cache is keyed by the sdist alone and would hand back a
+    wheel built with other flags, or on another node's CPU. Minutes once, then nothing."""
+    flags = cpu_flags()
+    root = cache_root() / "wheels"
+    key = f"{version}-" + hash_obj({"flags": flags, "cmake_args": os.environ.get("CMAKE_ARGS", ""),
+                                    "cpu": cpu_features(), "python": list(sys.version_info[:2]),
+                                    "builder": BUILDER_VERSION})[:8]
+    out = root / key
+    with _locked(root / f"{key}.lock"):
+        found = sorted(out.glob("llama_cpp_python-*.whl")) if out.is_dir() else []
+        if found:
+            return found[0]
+        root.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+        try:
+            env = dict(os.environ)
+            for var in ("CFLAGS", "CXXFLAGS"):
+                env[var] = " ".join(x for x in [env.get(var, "").strip(), *flags] if x)
+            _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-cache-dir",
+                  "--no-binary", "llama-cpp-python", f"llama-cpp-python=={version}", "-w", str(work)],
+                 log, env=env, what="building the llama-cpp-python wheel")
+            built = sorted(work.glob("llama_cpp_python-*.whl"))
+            if not built:
+                raise ToolsError(f"pip wheel left no llama_cpp_python wheel in {work}")
+            out.mkdir(parents=True, exist_ok=True)
+            os.replace(built[0], out / built[0].name)  # whole or absent: a killed build leaves none
+            return out / built[0].name
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def library_refusal(system_info: str) -> str | None:
+    """Why a loaded libllama must not run, from its ``llama_print_system_info``; None when it may."""
+    if "AMX_INT8 = 1" in system_info and not os.environ.get("QUANTLADDER_ALLOW_AMX"):
+        return ("this llama-cpp-python build uses llama.cpp's AMX kernels, which crash in llama_decode "
+                "(ggml-org/llama.cpp#20824; quantladder.llama_tools.NO_AMX_FLAGS). Install the project's "
+                "build: `make setup`, or `python -m quantladder.llama_tools library` in this environment "
+                "(QUANTLADDER_ALLOW_AMX=1 runs it anyway)")
+    return None
+
+
+def install_library(pyproject: str | os.PathLike = "pyproject.toml", log=None) -> Path:
+    """Build (or find) the project's llama-cpp-python wheel and install it into this Python, then
+    check that the installed library is that build."""
+    wheel = library_wheel(pinned_version(pyproject), log)
+    _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel)], log,
+         what="installing the llama-cpp-python wheel")
+    r = subprocess.run([sys.executable, "-c", "import llama_cpp; print(llama_cpp.llama_print_system_info().decode())"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise ToolsError(f"{wheel}: the installed llama_cpp does not import:\n{r.stderr[-2000:]}")
+    why = library_refusal(r.stdout)
+    if why:
+        raise ToolsError(f"{wheel}: {why}")
+    return wheel
 
 
 def _record_path(root: Path, key: str) -> Path:
@@ -259,6 +363,12 @@ def identity(record: dict, *names: str) -> dict:
             "binaries": {n: record["tools"][n]["sha256"] for n in names}}
 
 
-if __name__ == "__main__":  # `python -m quantladder.llama_tools`: build (or find) and print the bin dir
-    r = ensure()
-    print(Path(tool(r, "llama-bench")).parent)
+if __name__ == "__main__":
+    # `python -m quantladder.llama_tools`: build (or find) the tools and print their bin dir;
+    # `... library [pyproject.toml]`: build (or find) and install the llama-cpp-python wheel
+    # (`make setup` runs it before the package's other dependencies)
+    if sys.argv[1:2] == ["library"]:
+        print(install_library(sys.argv[2] if len(sys.argv) > 2 else "pyproject.toml"))
+    else:
+        r = ensure()
+        print(Path(tool(r, "llama-bench")).parent)
