@@ -228,8 +228,10 @@ def install_library(pyproject: str | os.PathLike = "pyproject.toml", log=None) -
     """Build (or find) the project's llama-cpp-python wheel and install it into this Python, then
     check that the installed library is that build."""
     wheel = library_wheel(pinned_version(pyproject), log)
-    _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel)], log,
-         what="installing the llama-cpp-python wheel")
+    # this wheel replaces whatever llama-cpp-python is there; then its own dependencies go in
+    for extra in (["--no-deps", "--force-reinstall"], []):
+        _run([sys.executable, "-m", "pip", "install", "-q", *extra, str(wheel)], log,
+             what="installing the llama-cpp-python wheel")
     r = subprocess.run([sys.executable, "-c", "import llama_cpp; print(llama_cpp.llama_print_system_info().decode())"],
                        capture_output=True, text=True)
     if r.returncode != 0:
