@@ -39,6 +39,20 @@ def test_an_amx_build_is_refused_with_the_way_out(monkeypatch):
     assert llama_tools.library_refusal(amx) is None
 
 
+def test_a_build_for_another_cpu_is_refused_before_it_dies_of_sigill():
+    """A -march=native library built on one node of a cluster, loaded on a node without its
+    instructions: the engine says so instead of crashing mid-run (the CPUs are strings here, since
+    this machine cannot be another one)."""
+    built = "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | AVX512 = 1 | AVX512_VNNI = 1 | REPACK = 1 |"
+    avx512_node = "sse2 pni ssse3 avx avx2 f16c fma bmi2 avx512f avx512_vnni"
+    avx2_node = "sse2 pni ssse3 avx avx2 f16c fma bmi2"
+    assert llama_tools.library_refusal(built, cpu=avx512_node) is None
+    why = llama_tools.library_refusal(built, cpu=avx2_node)
+    assert why and "AVX512, AVX512_VNNI" in why and "SSE3" not in why and "make setup" in why
+    # a CPU whose flags are unknown (not Linux, not x86) is not second-guessed
+    assert llama_tools.library_refusal(built, cpu="aarch64") is None
+
+
 @pytest.mark.skipif(not X86, reason="AMX is an x86-64 extension: no flags elsewhere")
 def test_every_build_recipe_carries_the_same_cpu_flags():
     flags = " ".join(llama_tools.NO_AMX_FLAGS)

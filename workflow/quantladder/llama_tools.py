@@ -214,8 +214,27 @@ def library_wheel(version: str, log=None) -> Path:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def library_refusal(system_info: str) -> str | None:
-    """Why a loaded libllama must not run, from its ``llama_print_system_info``; None when it may."""
+# llama_print_system_info's x86 entries (compiled in: ggml-cpu's ggml_cpu_has_*) -> /proc/cpuinfo flag
+_X86_FEATURES = {"SSE3": "pni", "SSSE3": "ssse3", "AVX": "avx", "AVX_VNNI": "avx_vnni", "AVX2": "avx2",
+                 "F16C": "f16c", "FMA": "fma", "BMI2": "bmi2", "AVX512": "avx512f", "AVX512_VBMI": "avx512vbmi",
+                 "AVX512_VNNI": "avx512_vnni", "AVX512_BF16": "avx512_bf16", "AMX_INT8": "amx_int8"}
+
+
+def library_refusal(system_info: str, cpu: str | None = None) -> str | None:
+    """Why a loaded libllama must not run here, from its ``llama_print_system_info`` and this
+    CPU's feature flags (``cpu``, default cpu_features()); None when it may. Refused: a build with
+    llama.cpp's AMX kernels, and a build compiled for instructions this CPU lacks (a -march=native
+    library built on another node of a cluster), which would die of SIGILL mid-run."""
+    cpu = cpu_features() if cpu is None else cpu
+    have = set(cpu.split())
+    if "avx2" in have or "sse2" in have:  # an x86 CPU whose flags are known
+        built = [k for k in _X86_FEATURES if re.search(rf"(?<![A-Z0-9_]){k} = 1", system_info)]
+        missing = [k for k in built if _X86_FEATURES[k] not in have]
+        if missing and missing != ["AMX_INT8"]:
+            return (f"this llama-cpp-python build was compiled for {', '.join(missing)}, which this CPU "
+                    "lacks (built with -march=native on another machine?); build it here: `make setup`, "
+                    "or `python -m quantladder.llama_tools library` in this environment (the wheel is "
+                    "cached per CPU)")
     if "AMX_INT8 = 1" in system_info and not os.environ.get("QUANTLADDER_ALLOW_AMX"):
         return ("this llama-cpp-python build uses llama.cpp's AMX kernels, which crash in llama_decode "
                 "(ggml-org/llama.cpp#20824; quantladder.llama_tools.NO_AMX_FLAGS). Install the project's "
