@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # quantladder GPU device check (issue 9). On a machine with an NVIDIA GPU, nvcc, cmake and ninja
 # and no network:
-#   1. builds llama.cpp's CUDA backend (libllama + llama-bench + llama-quantize) from the trimmed
+#   1. builds llama.cpp's CUDA backend (libllama, llama-bench, llama-quantize, llama-batched-bench) from the trimmed
 #      source that tests/gpu/prepare_carry.sh put in build/gpu-carry (carried, ≤ 64 MiB);
 #   2. synthesises a 7B-class llama GGUF with random weights and the SmolLM2 tokenizer, quantizes
 #      it (Q4_K_M), and runs generation, speed (pp/tg), memory and energy through quantladder's own
 #      code, printing each figure beside llama-bench's tokens/s and nvidia-smi's memory, and the
-#      memory-bandwidth roofline.
+#      memory-bandwidth roofline;
+#   3. benchmarks/gen_throughput.py on that model: batched decode at 1/4/8/16 sequences beside
+#      llama-batched-bench (issue 14's H200 figure).
 # Budget: about 10 minutes including the build (one CUDA architecture; flash-attention kernels off
 # unless QL_CUDA_FA=ON, the slowest part of the build).
 #
@@ -42,13 +44,17 @@ export PYTHONPATH=$SITE:$CARRY:$ROOT/workflow:$ROOT/tests/gpu${PYTHONPATH:+:$PYT
 stamp "configure llama.cpp (CUDA, archs=$ARCH, FA kernels=$FA)"
 BUILD=$WORK/build
 GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
+# llama.cpp's AMX kernels stay out, as in every build of the project (quantladder/llama_tools.py
+# NO_AMX_FLAGS; a GPU node's host CPU usually has AMX, and the engine refuses such a library)
+NOAMX=""; [ "$(uname -m)" = x86_64 ] && NOAMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 cmake -S "$CARRY/llama.cpp" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_C_FLAGS="$NOAMX" -DCMAKE_CXX_FLAGS="$NOAMX" \
   -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DGGML_CUDA_FA="$FA" -DGGML_NATIVE=ON \
   -DBUILD_SHARED_LIBS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
   -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF >"$OUTDIR/cmake.log" 2>&1 \
   || { tail -40 "$OUTDIR/cmake.log"; exit 3; }
 stamp "build (-j$JOBS)"
-cmake --build "$BUILD" -j "$JOBS" --target llama llama-bench llama-quantize >"$OUTDIR/build.log" 2>&1 \
+cmake --build "$BUILD" -j "$JOBS" --target llama llama-bench llama-quantize llama-batched-bench >"$OUTDIR/build.log" 2>&1 \
   || { tail -60 "$OUTDIR/build.log"; exit 3; }
 BIN=$BUILD/bin
 LIB=$(dirname "$(find "$BUILD" -name 'libllama.so' | head -1)")
@@ -63,6 +69,20 @@ PYTHONUNBUFFERED=1 "$PY" "$ROOT/tests/gpu/device_check.py" --work "$WORK/models"
   2>"$OUTDIR/device_check.stderr" | tee "$OUTDIR/device_check.log"
 rc=${PIPESTATUS[0]}
 [ "$rc" = 0 ] || tail -40 "$OUTDIR/device_check.stderr"
+
+# batched decode (issue 14): the engine's aggregate tokens/s at 1/4/8/16 sequences beside
+# llama-batched-bench's S_TG on the first quantized synthetic model, interleaved rounds
+# (QL_GEN_THROUGHPUT=0 skips it; about 2 minutes on an H200 for a 7B)
+QMODEL=$(ls "$WORK"/models/synth-*.gguf 2>/dev/null | grep -v -- '-F16.gguf' | head -1 || true)
+if [ "$rc" = 0 ] && [ "${QL_GEN_THROUGHPUT:-1}" != 0 ] && [ -n "$QMODEL" ]; then
+  stamp "gen_throughput.py on $(basename "$QMODEL")"
+  PYTHONUNBUFFERED=1 "$PY" "$ROOT/benchmarks/gen_throughput.py" --models "$QMODEL" --npl 1 4 8 16 \
+    --npp 128 --ntg 64 --rounds 3 --gpu-layers 99 --flash-attn "$FA_ARG" --threads "$JOBS" \
+    --tools-dir "$BIN" --json "$OUTDIR/gen_throughput.json" 2>"$OUTDIR/gen_throughput.stderr" \
+    | tee "$OUTDIR/gen_throughput.log"
+  rc=${PIPESTATUS[0]}
+  [ "$rc" = 0 ] || tail -40 "$OUTDIR/gen_throughput.stderr"
+fi
 stamp "done (rc=$rc)"
 rm -f "$WORK"/models/*.gguf
 exit "$rc"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepare what the GPU device check carries to a machine with no network (≤ 64 MiB):
 #   build/gpu-carry/llama.cpp/   llama.cpp source trimmed from the llama-cpp-python 0.3.36 sdist
-#                                (CPU + CUDA backends, libllama, llama-bench, llama-quantize only)
+#                                (CPU + CUDA backends, libllama, llama-bench, llama-quantize, llama-batched-bench)
 #   build/gpu-carry/llama_cpp/   llama-cpp-python's Python package (ctypes bindings; the CUDA
 #                                libllama built there is loaded through LLAMA_CPP_LIB_PATH)
 #   build/gpu-carry/wheels/      gguf and diskcache wheels (pure Python)
@@ -31,17 +31,18 @@ SRC=$TMP/llama_cpp_python-$VERSION
 L=$SRC/vendor/llama.cpp
 
 rm -rf "$OUTD"; mkdir -p "$OUTD/wheels"
-# what neither the CUDA build nor the two tools need: docs, vocab test files, other backends, tests
+# what neither the CUDA build nor the three tools need: docs, vocab test files, other backends, tests
 rm -rf "$L"/{models,docs,media,tests,examples,pocs,benches,scripts,conversion,gguf-py,skills,ci,grammars,requirements}
 for b in "$L"/ggml/src/ggml-*/; do
   case "$(basename "$b")" in ggml-cpu|ggml-cuda|ggml-blas) ;; *) rm -rf "$b" ;; esac
 done
-find "$L/tools" -mindepth 1 -maxdepth 1 -type d ! -name llama-bench ! -name quantize -exec rm -rf {} +
+find "$L/tools" -mindepth 1 -maxdepth 1 -type d ! -name llama-bench ! -name quantize ! -name batched-bench -exec rm -rf {} +
 cat > "$L/tools/CMakeLists.txt" <<'CM'
-# trimmed for the quantladder GPU device check: only the two reference tools
+# trimmed for the quantladder GPU device check: only the three reference tools
 llama_add_compile_flags()
 add_subdirectory(llama-bench)
 add_subdirectory(quantize)
+add_subdirectory(batched-bench)
 CM
 rm -f "$L"/convert_*.py
 cp -r "$L" "$OUTD/llama.cpp"
