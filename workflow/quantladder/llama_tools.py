@@ -220,26 +220,26 @@ _X86_FEATURES = {"SSE3": "pni", "SSSE3": "ssse3", "AVX": "avx", "AVX_VNNI": "avx
                  "AVX512_VNNI": "avx512_vnni", "AVX512_BF16": "avx512_bf16", "AMX_INT8": "amx_int8"}
 
 
+_REBUILD = "`make setup`, or `python -m quantladder.llama_tools library` in this environment"
+
+
 def library_refusal(system_info: str, cpu: str | None = None) -> str | None:
     """Why a loaded libllama must not run here, from its ``llama_print_system_info`` and this
     CPU's feature flags (``cpu``, default cpu_features()); None when it may. Refused: a build with
     llama.cpp's AMX kernels, and a build compiled for instructions this CPU lacks (a -march=native
     library built on another node of a cluster), which would die of SIGILL mid-run."""
-    cpu = cpu_features() if cpu is None else cpu
-    have = set(cpu.split())
+    built = [k for k in _X86_FEATURES if re.search(rf"(?<![A-Z0-9_]){k} = 1", system_info)]
+    have = set((cpu_features() if cpu is None else cpu).split())
     if "avx2" in have or "sse2" in have:  # an x86 CPU whose flags are known
-        built = [k for k in _X86_FEATURES if re.search(rf"(?<![A-Z0-9_]){k} = 1", system_info)]
-        missing = [k for k in built if _X86_FEATURES[k] not in have]
-        if missing and missing != ["AMX_INT8"]:
+        missing = [k for k in built if k != "AMX_INT8" and _X86_FEATURES[k] not in have]
+        if missing:
             return (f"this llama-cpp-python build was compiled for {', '.join(missing)}, which this CPU "
-                    "lacks (built with -march=native on another machine?); build it here: `make setup`, "
-                    "or `python -m quantladder.llama_tools library` in this environment (the wheel is "
-                    "cached per CPU)")
-    if "AMX_INT8 = 1" in system_info and not os.environ.get("QUANTLADDER_ALLOW_AMX"):
+                    f"lacks (built with -march=native on another machine?); build it here: {_REBUILD} "
+                    "(the wheel is cached per CPU)")
+    if "AMX_INT8" in built and not os.environ.get("QUANTLADDER_ALLOW_AMX"):
         return ("this llama-cpp-python build uses llama.cpp's AMX kernels, which crash in llama_decode "
                 "(ggml-org/llama.cpp#20824; quantladder.llama_tools.NO_AMX_FLAGS). Install the project's "
-                "build: `make setup`, or `python -m quantladder.llama_tools library` in this environment "
-                "(QUANTLADDER_ALLOW_AMX=1 runs it anyway)")
+                f"build: {_REBUILD} (QUANTLADDER_ALLOW_AMX=1 runs it anyway)")
     return None
 
 
