@@ -1,4 +1,5 @@
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -19,6 +20,9 @@ from quantladder import card as qcard
 from quantladder.measures import perplexity as qppl
 from quantladder import ladder as qladder
 from quantladder import llama_tools as qtools
+from quantladder import targets as qtargets
+from quantladder import progress as qprogress
+from quantladder import io as qio
 
 qconfig.check_types(config, source="config")
 validate(config, schema="../config/config.schema.yaml")
@@ -52,84 +56,55 @@ PPL_CONTEXT = max(
 )
 
 
-MEASURES = [m for m, sec in config["measures"].items() if sec.get("enabled", True)]
-TASKS = [b for b, sec in config["benchmarks"].items() if sec.get("enabled")]
+TASKS = qtargets.tasks(config)
 
 
-def enabled_measures():
-    """Per-point measures and benchmarks switched on in the config, in a fixed order."""
-    return MEASURES + TASKS
-
-
-def family_runs(family, measure):
-    """Whether a measure or benchmark runs for a family (a base model takes no chat benchmark)."""
-    if measure in TASKS:
-        return qconfig.task_runs_for(config, measure, family)
-    return True
-
-
-def point_outputs(card, family=None):
-    fams = [family] if family else qconfig.families(config)
-    out = []
-    for fam in fams:
-        for rung in qconfig.rungs(config, fam):
-            for kv in qconfig.kv_types(config, fam):
-                for m in point_measures(fam, rung):
-                    if family_runs(fam, m):
-                        out.append(
-                            f"results/{card}/points/{fam}/{rung}/{kv}/{m}/metrics.json"
-                        )
-    return out
-
-
-def noise_outputs(card, family=None):
-    """The noise-floor series: the reference rung (first KV type) generated at another batch setting."""
-    if not qconfig.noise_floor_enabled(config):
-        return []
-    fams = [family] if family else qconfig.families(config)
-    out = []
-    for fam in fams:
-        rung = qconfig.reference_rung(config, fam)
-        kv = qconfig.kv_types(config, fam)[0]
-        for t in TASKS:
-            if family_runs(fam, t):
-                out.append(f"results/{card}/noise/{fam}/{rung}/{kv}/{t}/metrics.json")
-    return out
-
-
-def per_item_files(metrics_files):
-    """The per-item files beside task benchmarks' metrics (flips and identity read them)."""
-    out = []
-    for p in metrics_files:
-        parts = p.split("/")
-        if parts[-2] in TASKS:
-            d = "/".join(parts[:-1])
-            out += [f"{d}/verdicts.jsonl", f"{d}/generations.jsonl"]
-    return out
+def _paths(targets):
+    return [t.path for t in targets]
 
 
 def get_point_metrics(wildcards):
-    return point_outputs(wildcards.card) + noise_outputs(wildcards.card)
+    return _paths(qtargets.planned(config, wildcards.card))
 
 
 def get_family_metrics(wildcards):
-    return point_outputs(wildcards.card, wildcards.family) + noise_outputs(
-        wildcards.card, wildcards.family
-    )
+    return _paths(qtargets.planned(config, wildcards.card, wildcards.family))
 
 
 def get_point_items(wildcards):
-    return per_item_files(get_point_metrics(wildcards))
+    return qtargets.per_item_files(config, qtargets.planned(config, wildcards.card))
 
 
 def get_family_items(wildcards):
-    return per_item_files(get_family_metrics(wildcards))
+    return qtargets.per_item_files(
+        config, qtargets.planned(config, wildcards.card, wildcards.family)
+    )
 
 
-def get_final_outputs():
+def get_final_outputs(wildcards):
+    """The default target: the dataset, one curve per family, the report and the recommendation at
+    the config's budget. In a dry run (`snakemake -n`), it also prints what is left per rule and
+    its estimated minutes (quantladder.progress: from the rules' benchmark files)."""
     outs = [f"results/{CARD}/points.parquet", f"results/{CARD}/report.html"]
     outs += [f"results/{CARD}/curves/{fam}.parquet" for fam in qconfig.families(config)]
+    target = (config.get("recommend") or {}).get("target")
+    if target:
+        outs.append(
+            f"results/{CARD}/recommendation/mem{target['mem']}-ctx{target['ctx']}.json"
+        )
+    if workflow.dryrun:
+        print(qprogress.summary_text(qprogress.pending(config, CARD)), file=sys.stderr)
     return outs
+
+
+def get_finished_key(wildcards):
+    """The planned metrics files finished now, with their times: a new or redone one changes it."""
+    done = [
+        f"{t.path}@{os.stat(t.path).st_mtime_ns}"
+        for t in qtargets.planned(config, wildcards.card)
+        if os.path.exists(t.path)
+    ]
+    return qio.hash_obj(done)
 
 
 def get_source_spec(wildcards):
@@ -183,15 +158,6 @@ LLAMA_TOOLS = (
 
 def get_llama_tools(wildcards):
     return LLAMA_TOOLS
-
-
-def point_measures(family, rung):
-    """A point's measures and benchmarks: task benchmarks only on the family's `task_rungs`."""
-    return [
-        m
-        for m in enabled_measures()
-        if m in config["measures"] or qladder.runs_tasks(config, family, rung)
-    ]
 
 
 def get_imatrix_settings(wildcards):
