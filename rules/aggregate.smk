@@ -7,6 +7,7 @@ localrules:
     aggregate,
     curves,
     report,
+    partial_report,
 
 
 rule aggregate:
@@ -52,3 +53,21 @@ rule report:
         "../envs/quantladder.yaml"
     script:
         "../scripts/report.py"
+
+
+# The report of whatever is finished now, with what is left per rule and its estimated minutes
+# (quantladder.progress). It has no inputs, so it never waits for a point: its params name the
+# finished metrics files, and each newly finished one makes it stale. While another Snakemake runs
+# in this directory (it holds the lock), `quantladder report` builds the same files.
+rule partial_report:
+    output:
+        dataset="results/{card}/partial/points.parquet",
+        html="results/{card}/partial/report.html",
+    log:
+        "logs/partial_report/{card}.log",
+    conda:
+        "../envs/quantladder.yaml"
+    params:
+        finished=get_finished_key,
+    script:
+        "../scripts/partial_report.py"

@@ -9,6 +9,8 @@ rule anchor_generate:
         "results/{card}/anchor_generations/{task}.json",
     log:
         "logs/anchor_generate/{card}/{task}.log",
+    benchmark:
+        "logs/benchmarks/anchor_generate/{card}/{task}.tsv"
     conda:
         "../envs/quantladder.yaml"
     threads: workflow.cores
@@ -29,6 +31,8 @@ rule anchor_gate:
         "results/{card}/anchors/{benchmark}.json",
     log:
         "logs/anchor_gate/{card}/{benchmark}.log",
+    benchmark:
+        "logs/benchmarks/anchor_gate/{card}/{benchmark}.tsv"
     conda:
         "../envs/quantladder.yaml"
     threads: workflow.cores

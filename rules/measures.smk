@@ -13,6 +13,8 @@ rule reference_logits:
         info="results/{card}/reference_logits/{family}/{corpus}-{ctx}.json",
     log:
         "logs/reference_logits/{card}/{family}/{corpus}-{ctx}.log",
+    benchmark:
+        "logs/benchmarks/reference_logits/{card}/{family}/{corpus}-{ctx}.tsv"
     conda:
         "../envs/quantladder.yaml"
     threads: workflow.cores
@@ -35,6 +37,8 @@ rule perplexity:
         manifest="results/{card}/points/{family}/{rung}/{kv}/perplexity/{corpus}-{ctx}/manifest.json",
     log:
         "logs/perplexity/{card}/{family}/{rung}/{kv}/{corpus}-{ctx}.log",
+    benchmark:
+        "logs/benchmarks/perplexity/{card}/{family}/{rung}/{kv}/{corpus}-{ctx}.tsv"
     conda:
         "../envs/quantladder.yaml"
     threads: workflow.cores
@@ -78,6 +82,8 @@ rule speed:
         manifest="results/{card}/points/{family}/{rung}/{kv}/speed/manifest.json",
     log:
         "logs/speed/{card}/{family}/{rung}/{kv}.log",
+    benchmark:
+        "logs/benchmarks/speed/{card}/{family}/{rung}/{kv}.tsv"
     conda:
         "../envs/quantladder.yaml"
     threads: workflow.cores
@@ -102,6 +108,8 @@ rule memory:
         manifest="results/{card}/points/{family}/{rung}/{kv}/memory/manifest.json",
     log:
         "logs/memory/{card}/{family}/{rung}/{kv}.log",
+    benchmark:
+        "logs/benchmarks/memory/{card}/{family}/{rung}/{kv}.tsv"
     conda:
         "../envs/quantladder.yaml"
     threads: workflow.cores
@@ -122,6 +130,8 @@ rule energy:
         manifest="results/{card}/points/{family}/{rung}/{kv}/energy/manifest.json",
     log:
         "logs/energy/{card}/{family}/{rung}/{kv}.log",
+    benchmark:
+        "logs/benchmarks/energy/{card}/{family}/{rung}/{kv}.tsv"
     conda:
         "../envs/quantladder.yaml"
     threads: workflow.cores

@@ -45,6 +45,8 @@ rule reference_rung:
         info="resources/models/{family}/reference/{rung}.gguf.json",
     log:
         "logs/reference_rung/{family}/{rung}.log",
+    benchmark:
+        "logs/benchmarks/reference_rung/{family}/{rung}.tsv"
     conda:
         "../envs/quantladder.yaml"
     resources:

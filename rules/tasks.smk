@@ -43,6 +43,8 @@ rule benchmark_items:
         meta="resources/benchmarks/{task}/{family}/items.json",
     log:
         "logs/benchmark_items/{task}/{family}.log",
+    benchmark:
+        "logs/benchmarks/benchmark_items/{task}/{family}.tsv"
     conda:
         "../envs/quantladder.yaml"
     threads: 1
@@ -63,6 +65,8 @@ rule generate:
         meta="results/{card}/{series}/{family}/{rung}/{kv}/{task}/generations.json",
     log:
         "logs/generate/{card}/{series}/{family}/{rung}/{kv}/{task}.log",
+    benchmark:
+        "logs/benchmarks/generate/{card}/{series}/{family}/{rung}/{kv}/{task}.tsv"
     conda:
         "../envs/quantladder.yaml"
     threads: workflow.cores
@@ -85,6 +89,8 @@ rule score:
         verdicts="results/{card}/{series}/{family}/{rung}/{kv}/{task}/verdicts.jsonl",
     log:
         "logs/score/{card}/{series}/{family}/{rung}/{kv}/{task}.log",
+    benchmark:
+        "logs/benchmarks/score/{card}/{series}/{family}/{rung}/{kv}/{task}.tsv"
     conda:
         "../envs/quantladder.yaml"
     threads: workflow.cores
