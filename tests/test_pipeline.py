@@ -145,6 +145,79 @@ def test_report_of_the_real_run_opens_cleanly_in_chromium(run):
     assert {"ppl", "kld_mean", "kld_p99_9", "same_top_token", "tg_tokens_per_s", "peak_mem_bytes"} <= metrics
 
 
+def _copy_of_run(run, tmp_path):
+    """The run's results, logs and config in a scratch directory (its models linked, not copied), so
+    a test can delete points without touching the module's run."""
+    import shutil
+
+    work, _, cfg_path, label, _ = run
+    dst = tmp_path / "copy"
+    dst.mkdir()
+    for d in ("results", "logs"):
+        shutil.copytree(work / d, dst / d)
+    (dst / "resources").symlink_to(work / "resources")
+    shutil.copy(cfg_path, dst / cfg_path.name)
+    shutil.copytree(work / ".snakemake" / "metadata", dst / ".snakemake" / "metadata")
+    return dst, dst / cfg_path.name, label
+
+
+def _quantladder(*args):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from pipeline_util import REPO
+
+    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow")}
+    return subprocess.run([sys.executable, "-m", "quantladder.cli", *args], capture_output=True, text=True,
+                          env=env, timeout=600, cwd=Path(args[args.index("--directory") + 1]))
+
+
+def test_partial_report_shows_the_finished_points_and_lists_the_rest(run, tmp_path):
+    """`quantladder report` on a run with points missing: the finished ones in the dataset and the
+    report, the missing ones listed as not measured yet with the jobs left priced from the rules'
+    benchmark files; complete again, the partial dataset equals the final one."""
+    work, cfg_path, label = _copy_of_run(run, tmp_path)
+    final = pd.read_parquet(work / f"results/{label}/points.parquet")
+    r = _quantladder("report", "--configfile", str(cfg_path), "--directory", str(work))
+    assert r.returncode == 0, r.stderr
+    partial = pd.read_parquet(work / f"results/{label}/partial/points.parquet")
+    keys = ["rung", "benchmark", "metric", "subset", "n_ctx"]
+    pd.testing.assert_frame_equal(partial.sort_values(keys).reset_index(drop=True),
+                                  final.sort_values(keys).reset_index(drop=True))
+    assert " 0.0 min of jobs left" in r.stdout or "about 0.0 min" in r.stdout
+
+    point = work / f"results/{label}/points/{FAMILY}/Q2_K/f16"
+    for measure in ("speed", "perplexity"):
+        (point / measure / "metrics.json").unlink()
+    for p in (point / "perplexity").glob("*/metrics.json"):
+        p.unlink()
+    r = _quantladder("report", "--configfile", str(cfg_path), "--directory", str(work))
+    assert r.returncode == 0, r.stderr
+    partial = pd.read_parquet(work / f"results/{label}/partial/points.parquet")
+    q2 = partial[partial["rung"] == "Q2_K"]
+    assert set(q2["benchmark"]) == {"memory", "energy"}  # what is still there; nothing as zero
+    assert set(partial[partial["rung"] == "Q4_K_M"]["benchmark"]) >= {"perplexity", "speed"}
+    out = r.stdout
+    assert "of" in out and "point-measures finished" in out
+    table = {line.split()[0]: line.split() for line in out.splitlines()[2:] if line.startswith("  ")}
+    assert table["speed"][1] == "1" and table["speed"][-1] == "measured"
+    assert table["perplexity"][1] == "1" and table["perplexity"][-1] == "measured"
+    html = (work / f"results/{label}/partial/report.html").read_text()
+    assert "not measured yet" in html.lower() and "Q2_K" in html
+
+
+def test_dry_run_prints_what_is_left_per_rule(run, tmp_path):
+    work, cfg_path, label = _copy_of_run(run, tmp_path)
+    (work / f"results/{label}/points/{FAMILY}/Q8_0/f16/memory/metrics.json").unlink()
+    r = snakemake(work, "-n", config=cfg_path)
+    text = r.stdout + r.stderr
+    assert "point-measures finished" in text
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("memory "))
+    assert line.split()[1] == "1" and line.split()[-1] == "measured"
+
+
 def test_adding_a_rung_reuses_the_stored_reference(run):
     work, cfg, _, label, _ = run
     changed = json.loads(json.dumps(cfg))

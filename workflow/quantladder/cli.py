@@ -3,6 +3,9 @@
     quantladder recommend --mem 24GiB --ctx 32768 --dataset results/<card>/points.parquet \
         [--kv f16,q8_0] [--min-tg 20] [--weight bfcl=1 --weight ruler=2] [--card NAME] [--json]
     quantladder pack --cards L4=24GiB,L4b=24GiB --ctx 8192 --dataset ... [--families a,b] [--require-all]
+    quantladder report [--configfile config/full.yaml] [--directory DIR] [--card NAME]
+        (while a run goes on, or after it stopped: the report of whatever points are finished, with
+        what is left and its estimated time, in results/<card>/partial/)
     quantladder report results/<card>/points.parquet results/<card>/report.html [--card NAME]
     quantladder plan --detect 2 --dataset results/<card>/points.parquet [--power 0.8] [--alpha 0.05]
         [--config config/config.yaml] [--comparisons M] [--card NAME] [--json]
@@ -50,10 +53,15 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("--families", help="families to place, comma-separated (default: all)")
     k.add_argument("--require-all", action="store_true", help="every family must be placed (else infeasible)")
     _common(k)
-    rep = sub.add_parser("report", help="build the HTML report from a points.parquet")
-    rep.add_argument("dataset")
-    rep.add_argument("out_html")
-    rep.add_argument("--card", help="card to report (default: every card in the dataset)")
+    rep = sub.add_parser("report", help="the HTML report: of the points finished so far (no arguments), "
+                         "or of a points.parquet")
+    rep.add_argument("dataset", nargs="?", help="a points.parquet (default: the finished points of the config)")
+    rep.add_argument("out_html", nargs="?")
+    rep.add_argument("--card", help="card to report (default: every card in the dataset; the config's card "
+                     "for a partial report)")
+    rep.add_argument("--configfile", action="append", default=[], metavar="FILE",
+                     help="a config laid over config/config.yaml, as Snakemake's --configfile (repeatable)")
+    rep.add_argument("--directory", default=".", help="the run's working directory (where results/ is)")
     sub.add_parser("schema", help="print the dataset's documented schema (Markdown)")
     pl = sub.add_parser("plan", help="items needed to detect a loss, and what a plan costs in job-hours")
     pl.add_argument("--detect", required=True, type=float, help="loss to detect, in percentage points (e.g. 2)")
@@ -78,10 +86,21 @@ def main(argv: list[str] | None = None) -> int:
             print(schema_markdown())
             return 0
         if args.cmd == "report":
-            from .report import build
+            if args.dataset:
+                if not args.out_html:
+                    raise QuantladderError("report: a dataset needs the output path too (DATASET OUT_HTML)")
+                from .report import build
 
-            out = build(args.dataset, args.out_html, card=args.card)
-            print(f"wrote {out}")
+                print(f"wrote {build(args.dataset, args.out_html, card=args.card)}")
+                return 0
+            from . import card as qcard
+            from . import progress
+
+            cfg = progress.load_config(args.configfile)
+            card = args.card or qcard.label(cfg.get("card"))
+            parquet, html, pend = progress.partial_report(cfg, card, args.directory)
+            print(progress.summary_text(pend))
+            print(f"wrote {parquet}\nwrote {html}")
             return 0
         if args.cmd == "plan":
             from . import plan as qplan
