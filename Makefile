@@ -4,10 +4,18 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 CORES  ?= all
 
-.PHONY: run test setup system-packages lint clean-results
+.PHONY: run run-full report test setup system-packages lint clean-results
 
 run: setup
 	$(BIN)/snakemake --cores $(CORES)
+
+# The whole embedded ladder (every rung, corpus and larger samples): hours, see the README.
+run-full: setup
+	$(BIN)/snakemake --cores $(CORES) --configfile config/full.yaml
+
+# The report of whatever is finished, with what is left (works while a run goes on).
+report:
+	$(BIN)/quantladder report $(if $(CONFIGFILE),--configfile $(CONFIGFILE))
 
 test: setup
 	$(BIN)/python -m pytest -ra
