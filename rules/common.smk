@@ -196,10 +196,10 @@ def get_corpus_file(wildcards):
 
 def get_perplexity_passes(wildcards):
     run, _ = qppl.family_passes(config, wildcards.family)
+    w = wildcards
+    point = f"results/{w.card}/points/{w.family}/{w.rung}/{w.kv}"
     return [
-        f"results/{wildcards.card}/points/{wildcards.family}/{wildcards.rung}/{wildcards.kv}"
-        f"/perplexity/{qppl.pass_name(c, ctx)}/metrics.json"
-        for c, ctx in run
+        f"{point}/perplexity/{qppl.pass_name(c, ctx)}/metrics.json" for c, ctx in run
     ]
 
 
@@ -425,7 +425,7 @@ def point_inputs(measure):
 
     def _inputs(wildcards):
         gguf = get_rung_gguf(wildcards)
-        return {"gguf": gguf, "info": gguf + ".json", "anchor": anchor(wildcards)}
+        return {"gguf": gguf, "info": f"{gguf}.json", "anchor": anchor(wildcards)}
 
     _inputs.__name__ = f"inputs_{measure}"
     return _inputs
@@ -440,8 +440,8 @@ def perplexity_inputs(wildcards):
     inputs = _PERPLEXITY_POINT_INPUTS(wildcards)
     corpus = f"resources/corpora/{wildcards.corpus}"
     inputs.update(
-        corpus=corpus + ".txt",
-        corpus_info=corpus + ".json",
+        corpus=f"{corpus}.txt",
+        corpus_info=f"{corpus}.json",
         reference=get_reference_logits(wildcards),
         calibration=get_calibration_corpus(wildcards),
     )
@@ -466,7 +466,7 @@ def generate_inputs(wildcards):
     gguf = get_rung_gguf(w)
     return {
         "gguf": gguf,
-        "info": gguf + ".json",
+        "info": f"{gguf}.json",
         "anchor": get_task_anchor(w),
         **_task_data(w),
         "reference_verdicts": get_early_stop_reference(w),
