@@ -16,6 +16,7 @@ from .. import recommend as rec
 from .. import status as qstatus
 from .family import base_model_note
 from .markup import badge, constant_line, esc, fmt_delta, isnan, table, tol, vcell, verdict_badge
+from .pending import Pending, answer_note, mark, unmeasured_points
 
 DETECT_POINTS = 2.0  # the loss the report's sample-size answer is for (quantladder plan --detect 2)
 BUDGETS_GIB = (0.5, 1, 2, 4, 8, 12, 16, 24, 48, 80, 141)  # common memory budgets the recommendation is shown for
@@ -126,7 +127,10 @@ def _plan_line(res: dict | None, family: str) -> str:
             f"({head}): " + "; ".join(parts) + ".</li>")
 
 
-def answer_family(fam: pd.DataFrame, family: str, plan_res: dict | None, d_card: pd.DataFrame | None = None) -> str:
+def answer_family(fam: pd.DataFrame, family: str, plan_res: dict | None, d_card: pd.DataFrame | None = None,
+                  pending: Pending | None = None) -> str:
+    """One family's answer: its table of rungs and headline columns (on a partial run, the points the run
+    still lacks after them, not measured yet: no figure, no Δ, no verdict), then its one-line figures."""
     pts = dv.point_table(fam)
     ref = pts[pts["is_reference"].astype(bool)]
     ref_rung = ref["rung"].iloc[0] if not ref.empty else None
@@ -156,10 +160,10 @@ def answer_family(fam: pd.DataFrame, family: str, plan_res: dict | None, d_card:
                  esc(dv.fmt_bytes(p["file_bytes"]))
                  + ("" if isnan(p["bits_per_weight"]) else f" <small>({p['bits_per_weight']:.2f})</small>")]
         worst = "ok"
-        for _, label, rows in shown:
+        for b, label, rows in shown:
             r = rows[(rows["rung"] == p["rung"]) & (rows["kv"] == p["kv"])]
             if r.empty:
-                cells.append("—")
+                cells.append(mark(pending, family, p["rung"], p["kv"], b))
                 continue
             r = r.iloc[0]
             worst = qstatus.worst([worst, r["status"]])
@@ -176,13 +180,16 @@ def answer_family(fam: pd.DataFrame, family: str, plan_res: dict | None, d_card:
             cells.append(cell)
         body.append(cells)
         classes.append(f"st-row-{worst}")
+    for rung, kv in unmeasured_points(pending, family, zip(pts["rung"], pts["kv"])):
+        body.append([esc(rung), esc(kv), "—"] + [mark(pending, family, rung, kv, b) for b, _, _ in shown])
+        classes.append("pending")
     m = deltas.headline_comparisons(fam).get((fam["card"].iloc[0], family))
     out = [f'<div class="answer-family" id="answer-{esc(fam["card"].iloc[0])}-{esc(family)}">'
            f"<h3>{esc(family)}" + (f" <small>against its reference {esc(ref_rung)}"
                                    + (f"; Holm over its {m} headline comparisons" if m else "") + "</small>"
                                    if ref_rung else "") + "</h3>"]
     out.append(table(heads, body, f"table-answer-{family}", classes))
-    out.append(base_model_note(d_card, family) if d_card is not None else "")
+    out.append(base_model_note(d_card, family, pending) if d_card is not None else "")
     lines = [constant_line(rows, f"{b} {label}", _verdict_summary(rows)) for b, label, rows in constant]
     lines += [x for x in (_noise_line(fam), _plan_line(plan_res, family)) if x]
     if lines:
@@ -241,20 +248,21 @@ def recommendation_rows(d: pd.DataFrame, card: str) -> tuple[list[list[str]], li
     return rows, notes
 
 
-def answer_section(d: pd.DataFrame, card: str) -> str:
+def answer_section(d: pd.DataFrame, card: str, pending: Pending | None = None) -> str:
     """The answer's families: per family and rung the headline figures, their paired deltas and verdicts,
-    the noise floor and the items a 2-point loss needs."""
+    the noise floor and the items a 2-point loss needs; on a partial run, said first."""
     try:
         plan_res = qplan.plan(d, detect=DETECT_POINTS, card=card)
     except qplan.PlanError:
         plan_res = None
-    out = ['<p class="how">Per family and rung: each headline figure ± its standard error; Δ, the rung minus the '
+    out = [answer_note(pending, d["family"].dropna().unique(), card),
+           '<p class="how">Per family and rung: each headline figure ± its standard error; Δ, the rung minus the '
            "family's reference on the same items (or tokens), with its 95 % interval; the verdict of the exact paired "
            "test (McNemar / sign-flip) after Holm's correction over the family's headline comparisons on this card "
            "(α = 0.05; docs/statistics.md). Per-token figures (perplexity, KLD) use their per-token standard error. "
            "Hover a verdict for its words.</p>"]
     for fam in sorted(d["family"].dropna().unique()):
-        out.append(answer_family(d[d["family"] == fam], fam, plan_res, d))
+        out.append(answer_family(d[d["family"] == fam], fam, plan_res, d, pending))
     return "".join(out)
 
 

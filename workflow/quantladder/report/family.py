@@ -13,12 +13,14 @@ from .. import status as qstatus
 from ..errors import ConfigError
 from .figures import Figures, curve_figure, plotted_metrics
 from .markup import badge, constant_line, esc, fmt_delta, isnan, table, varies, vcell, verdict_badge
+from .pending import NOT_YET, Pending, mark, unmeasured_points, unmeasured_rungs
 
 log = logging.getLogger(__name__)
 
 
-def points_table(df: pd.DataFrame, family: str) -> str:
-    """Per point: rung facts, then each benchmark's status and headline figure(s) with ±."""
+def points_table(df: pd.DataFrame, family: str, pending: Pending | None = None) -> str:
+    """Per point: rung facts, then each benchmark's status and headline figure(s) with ±; on a partial run,
+    the points the run still lacks after them, not measured yet."""
     fam = df[df["family"] == family]
     pts = dv.point_table(fam)
     benches = [b for b in sorted(fam["benchmark"].unique())]
@@ -40,13 +42,20 @@ def points_table(df: pd.DataFrame, family: str) -> str:
         for b in benches:
             bg = g[g["benchmark"] == b]
             st = qstatus.worst(bg["status"]) if not bg.empty else None
-            cells.append(badge(st) if st else "—")
+            cells.append(badge(st) if st else mark(pending, family, p["rung"], p["kv"], b))
             for m in heads[b]:
                 r = dv.pick_ctx(dv.whole(dv.figures(bg[bg["metric"] == m])), None)
                 cells.append("—" if r is None else vcell(r["value"], r["stderr"], r["unit"])
                              + ("" if isnan(r["n_ctx"]) else f" <small>@{int(r['n_ctx'])}</small>"))
         rows.append(cells)
-    return table(headers, rows, f"table-points-{family}")
+        classes.append("")
+    for rung, kv in unmeasured_points(pending, family, zip(pts["rung"], pts["kv"])):
+        cells = [esc(rung), esc(kv), "—", "—", "—"]
+        for b in benches:
+            cells += [mark(pending, family, rung, kv, b)] + ["—"] * len(heads[b])
+        rows.append(cells)
+        classes.append("pending")
+    return table(headers, rows, f"table-points-{family}", classes)
 
 
 def values_table(df: pd.DataFrame, family: str, benchmark: str) -> str:
@@ -65,10 +74,10 @@ def values_table(df: pd.DataFrame, family: str, benchmark: str) -> str:
                   "paired Δ vs the reference · verdict", "status"], rows, f"table-values-{family}-{benchmark}", classes)
 
 
-def rungs_table(df: pd.DataFrame, family: str) -> str:
+def rungs_table(df: pd.DataFrame, family: str, pending: Pending | None = None) -> str:
     """Per rung: what the file is — its own file type, bits per weight, size, the importance matrix and
     the recipe it was made with, and the share of its parameters per tensor type (the dataset's rung
-    identity columns)."""
+    identity columns); on a partial run, the rungs the run still lacks after them, not measured yet."""
     fam = df[df["family"] == family]
     pts = dv.point_table(fam).drop_duplicates("rung")
     ident = fam.groupby("rung", dropna=False)[["file_type", "tensor_mix", "imatrix", "recipe"]].first()
@@ -85,9 +94,13 @@ def rungs_table(df: pd.DataFrame, family: str) -> str:
                      "—" if isnan(p["bits_per_weight"]) else f"{p['bits_per_weight']:.2f} bits",
                      esc(dv.fmt_bytes(p["file_bytes"])), val("imatrix", "none"), val("recipe", "none"),
                      val("tensor_mix", "not recorded")])
+    classes = [""] * len(rows)
+    for rung in unmeasured_rungs(pending, family, pts["rung"]):
+        rows.append([esc(rung), NOT_YET] + ["—"] * 5)
+        classes.append("pending")
     return table(["rung", "file type", "bits per weight (bits)", "size", "importance matrix", "recipe",
                   "tensor mix <small>(share of the parameters per tensor type)</small>"], rows,
-                 f"table-rungs-{family}",
+                 f"table-rungs-{family}", classes,
                  caption="What each rung's file holds (its manifest): a K or IQ type cannot hold a row whose width "
                          "is not a multiple of its 256-weight block, and llama.cpp puts such tensors in another "
                          "type, so the tensor mix, not the rung's name, says what was measured (docs/ladder.md).")
@@ -97,6 +110,7 @@ def chat_benchmarks_missing(df: pd.DataFrame, family: str) -> list[str]:
     """The chat benchmarks (those that need a chat template) other families of the card ran and this
     family has no row of, when it has perplexity rows: a base model (``chat: false``), which the
     pipeline does not give a chat benchmark (quantladder.config.task_runs_for). Empty otherwise."""
+
     def needs_chat(b: str) -> bool:
         try:
             return bool(qbench.get(b).needs_chat)
@@ -110,9 +124,9 @@ def chat_benchmarks_missing(df: pd.DataFrame, family: str) -> list[str]:
     return chat
 
 
-def base_model_note(df: pd.DataFrame, family: str) -> str:
+def base_model_note(df: pd.DataFrame, family: str, pending: Pending | None = None) -> str:
     missing = chat_benchmarks_missing(df, family)
-    if not missing:
+    if not missing or (pending is not None and pending.measures(family) & set(missing)):  # a chat run not done yet
         return ""
     return (f'<p class="note base-model" data-family="{esc(family)}">No chat benchmarks for {esc(family)}: a base '
             f"model (<code>families.{esc(family)}.chat: false</code>) takes no chat template, so the other "
@@ -120,12 +134,12 @@ def base_model_note(df: pd.DataFrame, family: str) -> str:
             "and its KLD against its reference.</p>")
 
 
-def family_section(F: Figures, df: pd.DataFrame, family: str) -> str:
+def family_section(F: Figures, df: pd.DataFrame, family: str, pending: Pending | None = None) -> str:
     fam = df[df["family"] == family]
     out = [f'<section class="family" id="family-{esc(family)}"><h3>{esc(family)}</h3>']
-    out.append(base_model_note(df, family))
-    out.append(f'<h4 id="{esc(family)}-rungs">Rungs</h4>' + rungs_table(df, family))
-    out.append("<h4>Points</h4>" + points_table(df, family))
+    out.append(base_model_note(df, family, pending))
+    out.append(f'<h4 id="{esc(family)}-rungs">Rungs</h4>' + rungs_table(df, family, pending))
+    out.append("<h4>Points</h4>" + points_table(df, family, pending))
     figs = dv.figures(fam)
     benches = [b for b in dv.task_benchmarks(fam)] + [b for b in dv.COST_BENCHMARKS if (fam["benchmark"] == b).any()]
     for b in benches:
@@ -160,12 +174,12 @@ def family_section(F: Figures, df: pd.DataFrame, family: str) -> str:
     return "".join(out)
 
 
-def curves_section(F: Figures, d: pd.DataFrame, card: str) -> str:
+def curves_section(F: Figures, d: pd.DataFrame, card: str, pending: Pending | None = None) -> str:
     """Every family of one card, one section each."""
     fams = []
     for fam in sorted(d["family"].dropna().unique()):
         log.info("report: card %s, family %s", card, fam)
-        fams.append(family_section(F, d, fam))
+        fams.append(family_section(F, d, fam, pending))
     return ("<p>Each benchmark's headline figures, one line per KV-cache type (and per subset or context where a "
             "figure has several); a figure that does not vary along the ladder is one line; every figure, with its "
             "paired Δ and verdict, is in the benchmark's table.</p>" + "".join(fams))

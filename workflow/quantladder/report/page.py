@@ -16,6 +16,8 @@ from ..io import atomic_path
 from . import answer, crosscard, family, figures, matrix_findings, pareto, tables
 from .figures import Figures
 from .markup import badge, esc
+from .pending import CSS as PENDING_CSS
+from .pending import Pending, banner, pending_section
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +58,7 @@ ul.constants,ul.noise,ul.plan{font-size:.8rem;margin:4px 0;padding-left:1.2em}
 @dataclass(frozen=True)
 class View:
     """What a section is rendered from: the whole dataset, the cards it holds and those shown, and, in a
-    card's section, that card and its rows."""
+    card's section, that card, its rows and what its run still lacks (None: nothing)."""
 
     F: Figures
     df: pd.DataFrame
@@ -64,6 +66,7 @@ class View:
     shown: list[str]
     card: str | None = None
     d: pd.DataFrame | None = None
+    pending: Pending | None = None
 
 
 @dataclass(frozen=True)
@@ -92,14 +95,17 @@ LAYOUTS = {
 }
 
 SECTIONS = (
-    Section("answer", "the answer", "the answer", "screen", lambda v: answer.answer_section(v.d, v.card), parts=(
+    Section("answer", "the answer", "the answer", "screen", lambda v: answer.answer_section(v.d, v.card, v.pending),
+            parts=(
         Section("recommend", "which point to run", "Which point to run, at a few memory budgets", "h3",
                 lambda v: answer.recommend_section(v.d, v.card), note=lambda v: answer.recommend_note(v.d)),
         Section("findings", "findings (importance matrices)",
                 "Findings: importance matrices <small>(mean KLD against the reference on the same tokens; the "
                 "difference's interval is unpaired)</small>", "h3",
                 lambda v: matrix_findings.findings_section(v.d, v.card)),
-    )),
+            )),
+    Section("pending", "not measured yet", "Not measured yet", "h2", lambda v: pending_section(v.pending, v.card),
+            when=lambda v: v.pending is not None),
     Section("anchors", "anchor status", "Anchor status per benchmark", "h2", lambda v: tables.status_section(v.d)),
     Section("flips", "flips and the noise floor", "Flips against the reference rung, beside the noise floor", "h2",
             lambda v: tables.flips_section(v.d, v.card)),
@@ -107,7 +113,7 @@ SECTIONS = (
             "Every family: one plot per headline figure (this card only)", "plots",
             lambda v: figures.overview_section(v.F, v.d, v.card)),
     Section("curves", "curves per family", "Curves per family (this card only)", "plots",
-            lambda v: family.curves_section(v.F, v.d, v.card)),
+            lambda v: family.curves_section(v.F, v.d, v.card, v.pending)),
     Section("pareto", "Pareto fronts", "Pareto fronts across families", "plots",
             lambda v: pareto.pareto_section(v.F, v.d, v.card)),
     Section("degenerate", "degenerate loops", "Degenerate repetition loops", "h2",
@@ -165,20 +171,25 @@ def card_section(v: View) -> str:
     return "".join(out)
 
 
-def render(df: pd.DataFrame, card: str | None = None, source: str = "points.parquet") -> str:
+def render(df: pd.DataFrame, card: str | None = None, source: str = "points.parquet",
+           pending: dict | None = None) -> str:
     """The report's HTML for ``card`` (None: every card in the dataset, one section each).
 
     Each card opens with the answer (the family tables of headline figures with their paired deltas,
     intervals and verdicts, the noise floor, the items a 2-point loss needs, the recommendation at common
-    budgets), then the tables, then the plots, folded."""
+    budgets), then the tables, then the plots, folded. ``pending``: what the card's run still lacks
+    (report.pending); with nothing missing the report is the full run's."""
     cards = sorted(df["card"].dropna().unique())
     if card is not None and card not in cards:
         raise DataError(f"card {card!r} is not in the dataset (cards: {cards})")
     shown = [card] if card else cards
+    partial = Pending.of(pending)
+    if partial is not None and len(shown) > 1:
+        raise DataError(f"what a run lacks is one card's: name the card (cards: {cards})")
     page = View(Figures(), df, cards, shown)
-    views = [View(page.F, df, cards, shown, c, df[df["card"] == c]) for c in shown]
+    views = [View(page.F, df, cards, shown, c, df[df["card"] == c], partial) for c in shown]
     title = f"quantladder report: {', '.join(shown)}"
-    body = [f"<h1>{esc(title)}</h1>",
+    body = [f"<h1>{esc(title)}</h1>", "" if partial is None else banner(partial),
             f'<p class="meta">Built from <code>{esc(source)}</code> alone ({len(df)} rows). Every figure carries its '
             "unit; ± is one standard error; every Δ carries its 95 % interval.</p>", contents(views, page)]
     body += [card_section(v) for v in views]
@@ -186,15 +197,18 @@ def render(df: pd.DataFrame, card: str | None = None, source: str = "points.parq
     log.info("report: %d figures", page.F.n)
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{esc(title)}</title><style>{CSS}</style></head><body>" + "".join(body) + "</body></html>\n")
+            f"<title>{esc(title)}</title><style>{CSS}{'' if partial is None else PENDING_CSS}</style></head><body>"
+            + "".join(body) + "</body></html>\n")
 
 
-def build(points_parquet: str | Path, out_html: str | Path, card: str | None = None) -> Path:
-    """Write the HTML report for ``card`` (None: all cards) from the dataset at ``points_parquet``."""
+def build(points_parquet: str | Path, out_html: str | Path, card: str | None = None,
+          pending: dict | None = None) -> Path:
+    """Write the HTML report for ``card`` (None: all cards) from the dataset at ``points_parquet``;
+    ``pending``: what the card's run still lacks (see ``render``)."""
     df = dv.load(points_parquet)
     if df.empty:
         raise DataError(f"dataset {points_parquet} holds no rows: nothing to report")
-    text = render(df, card, source=str(points_parquet))
+    text = render(df, card, source=str(points_parquet), pending=pending)
     with atomic_path(out_html) as tmp:
         tmp.write_text(text, encoding="utf-8")
     log.info("report: wrote %s", out_html)
