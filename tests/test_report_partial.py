@@ -167,3 +167,18 @@ def test_pending_names_one_card(fixture_dataset, partial):
 
     with pytest.raises(DataError, match="one card's"):
         report.render(dv.load(fixture_dataset), None, pending=partial[1])
+
+
+def test_a_chat_family_whose_chat_runs_are_pending_is_no_base_model(partial):
+    """A family with perplexity rows and no chat benchmark yet is a base model only if none is pending."""
+    from quantladder.report import family
+    from quantladder.report.pending import Pending
+
+    src, pending = partial
+    df = dv.load(src)
+    df = df[~((df.family == "small") & df.benchmark.isin(["bfcl", "ruler", "bigcodebench_hard", "humaneval"]))]
+    assert "a base model" in family.base_model_note(df, "small")
+    bfcl_next = {"family": "small", "rung": "F16", "kv": "f16", "measure": "bfcl", "series": "points"}
+    assert family.base_model_note(df, "small", Pending.of({**pending, "missing": [bfcl_next]})) == ""
+    others = [m for m in pending["missing"] if m["family"] != "small"]
+    assert "a base model" in family.base_model_note(df, "small", Pending.of({**pending, "missing": others}))
