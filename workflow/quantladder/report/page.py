@@ -71,6 +71,8 @@ class View:
 
 @dataclass(frozen=True)
 class Section:
+    """One entry of the table of sections: its anchor, its entry in the contents, its heading and body."""
+
     key: str  # its anchor: "{key}-{card}" in a card's section, "{key}" on the page
     toc: str  # its entry in the contents
     title: str  # its heading (HTML)
@@ -94,15 +96,16 @@ LAYOUTS = {
     "page": '<section id="{id}"><h2>{title}</h2>{body}</section>',
 }
 
+# The report's sections in the page's order: the contents and the headings both come from here.
 SECTIONS = (
-    Section("answer", "the answer", "the answer", "screen", lambda v: answer.answer_section(v.d, v.card, v.pending),
-            parts=(
-        Section("recommend", "which point to run", "Which point to run, at a few memory budgets", "h3",
-                lambda v: answer.recommend_section(v.d, v.card), note=lambda v: answer.recommend_note(v.d)),
-        Section("findings", "findings (importance matrices)",
-                "Findings: importance matrices <small>(mean KLD against the reference on the same tokens; the "
-                "difference's interval is unpaired)</small>", "h3",
-                lambda v: matrix_findings.findings_section(v.d, v.card)),
+    Section("answer", "the answer", "the answer", "screen",
+            lambda v: answer.answer_section(v.d, v.card, v.pending), parts=(
+                Section("recommend", "which point to run", "Which point to run, at a few memory budgets", "h3",
+                        lambda v: answer.recommend_section(v.d, v.card), note=lambda v: answer.recommend_note(v.d)),
+                Section("findings", "findings (importance matrices)",
+                        "Findings: importance matrices <small>(mean KLD against the reference on the same tokens; "
+                        "the difference's interval is unpaired)</small>", "h3",
+                        lambda v: matrix_findings.findings_section(v.d, v.card)),
             )),
     Section("pending", "not measured yet", "Not measured yet", "h2", lambda v: pending_section(v.pending, v.card),
             when=lambda v: v.pending is not None),
@@ -120,6 +123,7 @@ SECTIONS = (
             lambda v: tables.degenerate_section(v.d, v.card)),
     Section("manifest", "manifests", "Manifests (per point and benchmark)", "folded",
             lambda v: tables.manifest_section(v.d, v.card)),
+    # the card reported (all cards: the first) against every other
     Section("crosscard", "cross-card view", "Cross-card view", "page",
             lambda v: crosscard.crosscard_section(v.df, v.shown[0], [o for o in v.cards if o != v.shown[0]]),
             when=lambda v: len(v.cards) > 1, page=True),
@@ -136,6 +140,7 @@ def _anchor(sec: Section, v: View) -> str:
 
 
 def contents(views: list[View], page: View) -> str:
+    """The contents: each card's sections shown, then the page's."""
     entries = [f'<li><a href="#{_anchor(s, v)}">{esc(v.card)}: {s.toc}</a></li>'
                for v in views for s in _walk(SECTIONS) if not s.page and s.shown(v)]
     entries += [f'<li><a href="#{_anchor(s, page)}">{s.toc}</a></li>'
@@ -144,6 +149,7 @@ def contents(views: list[View], page: View) -> str:
 
 
 def section(sec: Section, v: View) -> str:
+    """A section: its heading wrapped around its body and the sections inside it."""
     if v.card is not None:
         log.info("report: card %s, %s", v.card, sec.toc)
     body = sec.body(v) + "".join(section(p, v) for p in sec.parts if p.shown(v))
