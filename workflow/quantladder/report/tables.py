@@ -1,0 +1,107 @@
+"""The report's per-card tables: anchor status per benchmark, flips beside the noise floor,
+degenerate repetition loops and the manifest of every point and benchmark."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .. import dataset_view as dv
+from .. import metrics as qmetrics
+from .. import status as qstatus
+from .markup import badge, esc, isnan, short, table, vcell
+
+
+def status_section(df: pd.DataFrame) -> str:
+    """Anchor status per benchmark: how many points ran ok, unanchored, blocked, ... and why."""
+    rows, classes = [], []
+    for b, g in df.groupby("benchmark"):
+        per_point = g.groupby(dv.POINT, dropna=False)["status"].agg(qstatus.worst)
+        counts = per_point.value_counts()
+        reasons = sorted({r for r in g["status_reason"].dropna().unique() if r})
+        worst = qstatus.worst(per_point)
+        cells = [esc(b), badge(worst)] + [str(int(counts.get(s, 0))) for s in dv.STATUSES_ORDER]
+        cells.append("<br>".join(esc(r) for r in reasons) or "—")
+        rows.append(cells)
+        classes.append(f"st-row-{worst}")
+    headers = ["benchmark", "anchor status"] + [f"points {s}" for s in dv.STATUSES_ORDER] + ["reason"]
+    return table(headers, rows, "table-anchors", classes)
+
+
+def degenerate_section(df: pd.DataFrame, card: str) -> str:
+    g = dv.figures(df[df["metric"].isin([m for m in qmetrics.in_group("loops") if m.startswith("degenerate")])])
+    if g.empty:
+        return ('<p class="note" id="degenerate-none">No degenerate-loop rows in the dataset for this card '
+                "(every task benchmark's score stage writes <code>degenerate_items</code>).</p>")
+    g = g.sort_values(["family", "benchmark", "bits_per_weight", "kv"], ascending=[True, True, False, True])
+    rows, classes = [], []
+    for _, r in g.iterrows():
+        of = "" if isnan(r["n"]) else f" of {int(r['n'])}"
+        rows.append([esc(r["family"]), esc(r["rung"]), esc(r["kv"]), esc(r["benchmark"]), esc(r["metric"]),
+                     esc(r["subset"] or "—"), vcell(r["value"], r["stderr"], r["unit"]) + esc(of), badge(r["status"])])
+        classes.append(("loops " if r["value"] > 0 else "") + f"st-row-{r['status']}")
+    return table(["family", "rung", "KV", "benchmark", "metric", "subset", "loops", "status"], rows,
+                 f"table-degenerate-{card}", classes)
+
+
+def flips_section(df: pd.DataFrame, card: str) -> str:
+    """Per point and benchmark: its flips against the reference, beside the noise floor of its family's
+    reference (the same rung generated again at another batch setting), and which of the two is larger."""
+    flip_names = dv.flip_metrics()
+    g = dv.whole(dv.figures(df[df["metric"].isin(flip_names)]))
+    if g.empty:
+        return '<p class="note">No flip rows in the dataset for this card (flips need per-item verdicts).</p>'
+    noise = dv.whole(dv.figures(df[df["metric"].isin(qmetrics.in_group("noise"))]))
+    first, rest = [m for m in flip_names if m == "flip_rate"], [m for m in flip_names if m != "flip_rate"]
+
+    def cell(rows, m):
+        r = rows[rows["metric"] == m]
+        return "—" if r.empty else vcell(r["value"].iloc[0], r["stderr"].iloc[0], r["unit"].iloc[0])
+
+    rows, classes = [], []
+    g = g.sort_values(["family", "benchmark", "bits_per_weight", "kv"], ascending=[True, True, False, True])
+    for key, p in g.groupby(dv.POINT + ["benchmark"], dropna=False, sort=False):
+        _, family, rung, kv, bench = key
+        nz = noise[(noise["family"] == family) & (noise["benchmark"] == bench)]
+        cells = [esc(family), esc(rung), esc(kv), esc(bench)] + [cell(p, m) for m in first]
+        cells.append(cell(nz, "noise_flip_rate"))
+        fr, nf = p[p["metric"] == "flip_rate"], nz[nz["metric"] == "noise_flip_rate"]
+        if fr.empty or nf.empty:
+            cells.append("— (no noise floor)")
+        elif float(fr["value"].iloc[0]) <= float(nf["value"].iloc[0]):
+            cells.append('<span class="verdict v-noise">within noise</span>')
+        else:
+            cells.append("above the noise floor")
+        cells += [cell(p, m) for m in rest] + [cell(nz, "noise_identical_share")]
+        n = p["n"].dropna()
+        cells.append("—" if n.empty else str(int(n.iloc[0])))
+        st = qstatus.worst(p["status"])
+        cells.append(badge(st))
+        rows.append(cells)
+        classes.append(f"st-row-{st}")
+    heads = (["family", "rung", "KV", "benchmark"] + [esc(m) for m in first]
+             + ["noise floor: flip rate", "flip rate against the noise floor"] + [esc(m) for m in rest]
+             + ["noise floor: identical replies", "items", "status"])
+    return ('<p class="how">Flips against the reference rung (same card, KV type and settings), beside the noise '
+            "floor: the reference rung generated again at another batch setting. A flip rate not above the noise "
+            "floor is no loss the harness can attribute to quantization; whether a loss is significant is the "
+            "paired verdict's (the answer above).</p>" + table(heads, rows, f"table-flips-{card}", classes))
+
+
+def manifest_section(df: pd.DataFrame, card: str) -> str:
+    cols = ["manifest_hash", "gguf_sha256", "data_hash", "harness_version", "llama_cpp_python", "libllama_sha256",
+            "card_name", "measured_at"]
+    g = df.groupby(dv.POINT + ["benchmark"], dropna=False).agg(
+        {**{c: "first" for c in cols}, "status": qstatus.worst,
+         "status_reason": lambda s: "; ".join(sorted(set(x for x in s if x))),
+         "bits_per_weight": "max"}).reset_index()
+    g = g.sort_values(["family", "bits_per_weight", "kv", "benchmark"], ascending=[True, False, True, True])
+    rows, classes = [], []
+    for _, r in g.iterrows():
+        rows.append([esc(r["family"]), esc(r["rung"]), esc(r["kv"]), esc(r["benchmark"]), badge(r["status"]),
+                     esc(r["status_reason"] or "—"), short(r["manifest_hash"]), short(r["gguf_sha256"]),
+                     short(r["data_hash"]), esc(r["harness_version"]), esc(r["llama_cpp_python"]),
+                     short(r["libllama_sha256"]), esc(r["card_name"]), esc(r["measured_at"])])
+        classes.append(f"st-row-{r['status']}")
+    return table(["family", "rung", "KV", "benchmark", "status", "reason", "manifest hash", "GGUF sha256",
+                  "data hash", "harness", "llama-cpp-python", "libllama sha256", "card", "measured at (UTC)"],
+                 rows, f"table-manifest-{card}", classes)
