@@ -50,3 +50,19 @@ def test_the_default_plan_is_smaller_than_the_full_one(tmp_path):
         snakemake(tmp_path / "f", "-n", "--configfile", str(REPO / "config" / "full.yaml"))))
     assert set(d) == set(f)
     assert sum(d.values()) * 2 < sum(f.values())
+
+
+def test_a_report_before_any_point_has_finished(tmp_path):
+    """`quantladder report` at the start of a run: an empty dataset, a page that lists the plan and
+    its guessed cost (no figure, nothing as zero)."""
+    import pandas as pd
+
+    from quantladder import progress
+
+    cfg = progress.load_config([])
+    parquet, html, p = progress.partial_report(cfg, "some-card", tmp_path)
+    assert p["finished"] == 0 and p["planned"] == len(p["missing"]) > 0
+    assert pd.read_parquet(parquet).empty
+    text = html.read_text()
+    assert "partial report: 0 of" in text and "Not measured yet" in text
+    assert all(j["basis"] == "estimate" for j in p["jobs_left"])

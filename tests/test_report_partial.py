@@ -99,7 +99,7 @@ def test_not_measured_yet_section_follows_the_answer(partial, partial_html):
     assert sum(int(r[3]) for r in rows.values()) == len(partial[1]["missing"])
     jobs = _table(html, "table-jobs-left-cpu-test")
     assert [r for _, r in jobs] == [["generate", "4", "12 min", "measured (the rule's benchmark files)"],
-                                    ["perplexity", "3", "7.6 min", "estimated (the rule's resources)"]]
+                                    ["perplexity", "3", "7.6 min", "guessed (no job of the rule has finished here yet)"]]
     assert "about 20 min in all; 1 rule(s) timed from the benchmark files" in html
 
 

@@ -207,14 +207,25 @@ def render(df: pd.DataFrame, card: str | None = None, source: str = "points.parq
             + "".join(body) + "</body></html>\n")
 
 
+def render_nothing_yet(card: str, pending: dict) -> str:
+    """The partial report of a run with no point finished yet: what is planned and what it costs."""
+    partial = Pending.of(pending)
+    title = f"quantladder report: {card}"
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{esc(title)}</title><style>{CSS}{PENDING_CSS}</style></head><body>"
+            f"<h1>{esc(title)}</h1>{banner(partial)}<h2 id=\"pending-{esc(card)}\">Not measured yet</h2>"
+            + pending_section(partial, card) + "</body></html>\n")
+
+
 def build(points_parquet: str | Path, out_html: str | Path, card: str | None = None,
           pending: dict | None = None) -> Path:
     """Write the HTML report for ``card`` (None: all cards) from the dataset at ``points_parquet``;
     ``pending``: what the card's run still lacks (see ``render``)."""
     df = dv.load(points_parquet)
-    if df.empty:
+    if df.empty and (pending is None or card is None):
         raise DataError(f"dataset {points_parquet} holds no rows: nothing to report")
-    text = render(df, card, source=str(points_parquet), pending=pending)
+    text = (render_nothing_yet(card, pending) if df.empty
+            else render(df, card, source=str(points_parquet), pending=pending))
     with atomic_path(out_html) as tmp:
         tmp.write_text(text, encoding="utf-8")
     log.info("report: wrote %s", out_html)

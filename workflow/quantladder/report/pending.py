@@ -16,7 +16,7 @@ from .markup import esc, table
 
 NOT_YET = '<span class="pending">not measured yet</span>'
 BASIS = {"measured": "measured <small>(the rule's benchmark files)</small>",
-         "estimate": "estimated <small>(the rule's resources)</small>"}
+         "estimate": "guessed <small>(no job of the rule has finished here yet)</small>"}
 CSS = """
 .banner{background:#eef3fb;border:1px solid #9bb3d6;padding:6px 8px;border-radius:6px;font-weight:600;margin:4px 0}
 .pending{font-style:italic;color:#555}tr.pending td{background:#f6f6f6}
@@ -113,6 +113,6 @@ def pending_section(p: Pending, card: str) -> str:
         kinds = {b: sum(j.get("basis") == b for j in p.jobs_left) for b in BASIS}
         out.append(f'<p class="how">The jobs left per rule: about {esc(_minutes(p.est_min_left))} in all; '
                    f"{kinds['measured']} rule(s) timed from the benchmark files of their jobs that ran, "
-                   f"{kinds['estimate']} estimated from their resources.</p>"
+                   f"{kinds['estimate']} guessed (none of their jobs has finished here yet).</p>"
                    + table(["rule", "jobs left", "estimated time", "basis"], jobs, f"table-jobs-left-{card}"))
     return "".join(out)
