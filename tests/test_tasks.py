@@ -349,3 +349,24 @@ def test_metric_rows_are_declared_and_paired(tmp_path):
     assert rows[("all_checks_pass", "s")]["n"] == 1 and rows[("check_pass", "numeric")]["value"] == 50.0
     assert metrics.get("all_checks_pass").paired == "items" and "tasks" in metrics.get("all_checks_pass").headline_for
     assert not re.search("score", " ".join(vs[0]))  # no `score` field: the paired delta is on `correct`
+
+
+# -- the workflow: the default run's switch, and a bad file refused at `snakemake -n` ------------
+
+def test_snakemake_dry_run_plans_the_example_and_refuses_a_bad_file(tmp_path):
+    """The config lines docs/your-tasks.md gives for the default run plan the tasks jobs (the example
+    path resolves from any working directory); a bad file stops the dry run, naming file:line and field."""
+    from pipeline_util import planned_jobs, small_config, snakemake, write_config
+
+    cfg = small_config()
+    cfg["benchmarks"]["tasks"] = {"enabled": True, "source": {"path": "config/tasks/example.jsonl"}}
+    r = snakemake(tmp_path, "-n", config=write_config(tmp_path, cfg))
+    jobs = planned_jobs(r.stdout + r.stderr)
+    assert ("benchmark_source", {"task": "tasks"}) in jobs
+    assert any(rule == "score" and w.get("task") == "tasks" for rule, w in jobs)
+    bad = _write(tmp_path, [OK, {**OK, "id": "b", "checks": [{"kind": "regex", "pattern": "(bad"}]}])
+    cfg["benchmarks"]["tasks"]["source"] = {"path": str(bad)}
+    r = snakemake(tmp_path, "-n", config=write_config(tmp_path, cfg), check=False)
+    assert r.returncode != 0
+    assert re.search(r"t\.jsonl:2: field 'checks\[0\]': regex\.pattern: not a valid regular expression",
+                     r.stdout + r.stderr)
