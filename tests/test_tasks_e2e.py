@@ -102,6 +102,12 @@ def test_each_rung_gets_its_paired_verdict_in_points_parquet(run):
     assert q8.n == n and isinstance(q8.verdict_text, str) and q8.verdict_text
     assert "no paired comparison" not in q8.verdict_text, q8.verdict_text
     assert not pd.isna(q8.delta)
+    from quantladder import report
+
+    html = report.render(df, CARD)
+    answer = html[html.index('class="answer"'):]
+    answer = answer[:answer.index("</section>")]
+    assert "all_checks_pass" in answer  # the report's first screen: the headline of your tasks, per rung
 
 
 def test_a_check_edit_rescores_and_generates_nothing(run):
