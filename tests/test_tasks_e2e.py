@@ -7,6 +7,8 @@ even planned); a prompt edit regenerates that item only."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,7 +34,7 @@ def _snakemake(wd: Path, *args: str) -> subprocess.CompletedProcess:
     exe = Path(sys.executable).with_name("snakemake")
     r = subprocess.run([str(exe), "-s", str(wd / "Snakefile"), "-d", str(wd), "--cores", "2", "--nolock", *args,
                         f"results/{CARD}/points.parquet"], capture_output=True, text=True, timeout=1200,
-                       env={**__import__("os").environ, "PYTHONPATH": str(REPO / "workflow")})
+                       env={**os.environ, "PYTHONPATH": str(REPO / "workflow")})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
     return r
 
@@ -118,7 +120,7 @@ def test_a_check_edit_rescores_and_generates_nothing(run):
     path.write_text(text.replace('"value": 48}', '"value": 48, "abs_tol": 1000000}'))  # now any number passes
     dry = subprocess.run([str(Path(sys.executable).with_name("snakemake")), "-n", "-s", str(wd / "Snakefile"),
                           "-d", str(wd), "--nolock", f"results/{CARD}/points.parquet"], capture_output=True, text=True,
-                         env={**__import__("os").environ, "PYTHONPATH": str(REPO / "workflow")})
+                         env={**os.environ, "PYTHONPATH": str(REPO / "workflow")})
     rules = {rule for rule, _ in planned_jobs(dry.stdout + dry.stderr)}
     assert rules == {"score", "aggregate"}, rules
     _snakemake(wd)
@@ -127,8 +129,6 @@ def test_a_check_edit_rescores_and_generates_nothing(run):
     for rung in RUNGS:
         v = {v["item_id"]: v for v in read_jsonl(_point(wd, rung) / "verdicts.jsonl")}
         gen = {g["item_id"]: g for g in read_jsonl(_point(wd, rung) / "generations.jsonl")}
-        import re
-
         assert v["arith-pencils"]["correct"] == bool(re.search(r"\d", gen["arith-pencils"]["text"]))
 
 

@@ -19,7 +19,7 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 
-from ... import metrics
+from ... import metrics, sandbox
 from ...errors import DataError
 from ...metrics import Metric
 from .. import register
@@ -121,17 +121,12 @@ class Tasks(Benchmark):
         tf = self.local_file
         if tf is not None and not tf.has_python:
             return {}
-        from ... import sandbox
-
         # A Python check runs only in the sandbox: refuse, with install instructions, before anything runs.
-        return {"sandbox": sandbox.check_backend(self._sandbox_settings().backend)}
-
-    def _sandbox_settings(self):
-        from ..code.score import ScoreSettings
-
-        return ScoreSettings.from_config(self.settings)
+        return {"sandbox": sandbox.check_backend((self.settings.get("sandbox") or {}).get("backend", "bubblewrap"))}
 
     def verdicts(self, items, generations, ctx):
+        from . import pycheck  # the code suites' sandbox runner (code.score, which loads pyarrow): scoring only
+
         tf = self._file(ctx.source)
         own = self.local_file
         if own is not None and tf.checks_sha256 != own.checks_sha256:
@@ -145,13 +140,11 @@ class Tasks(Benchmark):
                 raise DataError(f"{tf.path}: item {item.id!r} is not in the task file any more: the items were "
                                 "built from another version of it; run again")
             todo.append((by_id[item.id], generations[item.id]["text"]))
-        settings = self._sandbox_settings()
+        settings = pycheck.ScoreSettings.from_config(self.settings)
 
         def python(job):
             (it, reply), check = job
-            from .pycheck import run_check
-
-            passed, kind, detail = run_check(check.source, check.spec["function"], reply, it.record, settings)
+            passed, kind, detail = pycheck.run_check(check.source, check.spec["function"], reply, it.record, settings)
             return passed, ("python" if kind == "test_failure" else f"python_{kind}"), detail
 
         jobs = [((it, reply), c) for it, reply in todo for c in it.checks if c.kind == "python"]

@@ -9,6 +9,7 @@ model-written code.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
@@ -55,8 +56,6 @@ def parse(where: str, spec, item: dict, base_dir: Path) -> Check:
         _bad(where, f"a check is an object with a `kind`, got {spec!r}")
     kind = spec.get("kind")
     if kind not in _OPTIONS:
-        import difflib
-
         near = difflib.get_close_matches(str(kind), KINDS, n=1)
         _bad(where, f"unknown check kind {kind!r} (known: {', '.join(KINDS)})"
              + (f"; did you mean {near[0]!r}?" if near else ""))

@@ -13,10 +13,12 @@ in the scoring key, so that a check edit re-scores and a prompt edit regenerates
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...config import REPO_ROOT
 from ...errors import ConfigError, DataError
 from ...io import hash_obj, sha256_file
 from . import checks as C
@@ -61,8 +63,6 @@ class TaskFile:
 def resolve_path(path: str) -> Path:
     """A local task file: absolute, else relative to the working directory, else to the repository
     (the example set ships in config/tasks/)."""
-    from ...config import REPO_ROOT
-
     p = Path(path).expanduser()
     if p.is_absolute() or p.exists():
         return p
@@ -103,8 +103,6 @@ def _rows(path: Path, fmt: str):
         for i, rec in enumerate(pq.read_table(path).to_pylist(), 1):
             yield f"{path}:row {i}", rec
         return
-    import gzip
-
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8", newline="" if fmt == "csv" else None) as f:
         if fmt == "jsonl":
