@@ -273,8 +273,9 @@ def test_items_and_prompts_chat_and_raw(tmp_path):
     prompt_text(sys_item.data, lambda m: seen.append(m) or "")
     assert seen[-1][0] == {"role": "system", "content": "Answer in one word."}
     assert prompt_text({**sys_item.data, "chat": False}, None) == "Answer in one word.\n\nWhat is the capital of France?"
-    with pytest.raises(DataError, match=r"example\.jsonl:16: field 'prompt': chat messages need a chat model"):
-        b.build_items(src, family={"chat": False})
+    base, _ = b.build_items(src, family={"chat": False})  # a base model: the raw completion path, no roles
+    chat_item = next(it for it in base if isinstance(it.data["prompt"], list))
+    assert prompt_text(chat_item.data, None) == 'Answer in one word.\n\nSpell the word "stressed" backwards.'
 
 
 def test_a_bad_file_fails_when_the_benchmark_is_made(tmp_path):

@@ -47,7 +47,7 @@ class Tasks(Benchmark):
     description = "your own task file (JSONL / CSV / Parquet): prompts and checks you wrote, no code needed"
     version = TASKS_VERSION
     scorer_version = SCORER_VERSION
-    needs_chat = False  # a plain-text prompt takes the raw completion path on a base model
+    needs_chat = False  # a base model takes the raw completion path (prompt_text)
     per_family_items = True  # the family's `chat` decides chat template or raw completion
     item_settings = ("source", "format", "limit")
     generation_settings = ("max_new_tokens", "n_ctx")
@@ -95,14 +95,10 @@ class Tasks(Benchmark):
     def build_items(self, source, *, reference_gguf=None, family=None, threads=1, log=None):
         tf = self._file(source)
         chat = bool((family or {}).get("chat", True))
-        items = []
-        for it in tf.items:
-            if not chat and isinstance(it.prompt, list):
-                raise DataError(f"{it.where}: field 'prompt': chat messages need a chat model, and this family is a "
-                                "base model (chat: false); write the prompt as plain text")
-            items.append(Item(id=it.id, subset=it.subset,
-                              data={"prompt": it.prompt, "system": it.system, "options": list(it.options or []),
-                                    "max_tokens": it.max_tokens, "stop": list(it.stop), "chat": chat}))
+        items = [Item(id=it.id, subset=it.subset,
+                      data={"prompt": it.prompt, "system": it.system, "options": list(it.options or []),
+                            "max_tokens": it.max_tokens, "stop": list(it.stop), "chat": chat})
+                 for it in tf.items]
         return items, {"chat": chat, "prompts_sha256": tf.prompts_sha256}
 
     # -- generation ----------------------------------------------------------------------------
@@ -180,8 +176,8 @@ class Tasks(Benchmark):
 
 def prompt_text(data: dict, chat_prompt) -> str:
     """The text an item's prompt is decoded from: through the chat template (``chat_prompt``), or on
-    a base model the raw completion path (system text, a blank line, the prompt). Options follow the
-    prompt as lettered lines ("A. ...")."""
+    a base model the raw completion path, which has no roles: the messages' texts (the system prompt
+    first), a blank line between. Options follow the prompt as lettered lines ("A. ...")."""
     prompt, system, options = data["prompt"], data.get("system"), data.get("options") or []
     listing = "\n".join(f"{chr(65 + i)}. {o}" for i, o in enumerate(options))
     if isinstance(prompt, str):
