@@ -167,6 +167,17 @@ def test_csv_and_parquet_name_their_line_and_row(tmp_path):
         taskfile.read(tmp_path / "t.parquet")
 
 
+def test_a_spreadsheet_bom_and_pandas_empty_cells_are_no_fields(tmp_path):
+    import pandas as pd
+
+    p = tmp_path / "t.csv"
+    p.write_bytes("\ufeffid,prompt,checks\na,hi,\"{\"\"kind\"\": \"\"contains\"\", \"\"value\"\": \"\"h\"\"}\"\n".encode())
+    assert [it.id for it in taskfile.read(p).items] == ["a"]
+    pd.DataFrame([{**OK, "checks": json.dumps(OK["checks"]), "max_tokens": 8},
+                  {**OK, "id": "b", "checks": json.dumps(OK["checks"]), "max_tokens": None}]).to_parquet(tmp_path / "t.parquet")
+    assert [it.max_tokens for it in taskfile.read(tmp_path / "t.parquet").items] == [8, None]
+
+
 def test_the_three_formats_read_the_same_items(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq

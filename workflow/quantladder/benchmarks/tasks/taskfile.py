@@ -104,7 +104,8 @@ def _rows(path: Path, fmt: str):
             yield f"{path}:row {i}", rec
         return
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8", newline="" if fmt == "csv" else None) as f:
+    # utf-8-sig: a byte-order mark (as spreadsheets write one) is not part of the first field's name
+    with opener(path, "rt", encoding="utf-8-sig", newline="" if fmt == "csv" else None) as f:
         if fmt == "jsonl":
             for n, line in enumerate(f, 1):
                 if not line.strip():
@@ -132,10 +133,15 @@ def _cell(where: str, key: str, value):
     return value
 
 
+def _missing(v) -> bool:
+    """An absent field: null, or the NaN that pandas writes for an empty cell of a number column."""
+    return v is None or (isinstance(v, float) and v != v)
+
+
 def parse_item(where: str, rec, base_dir: Path) -> TaskItem:
     if not isinstance(rec, dict):
         raise DataError(f"{where}: an item is a JSON object, got {type(rec).__name__}")
-    rec = {k: _cell(where, k, v) for k, v in rec.items() if v is not None}
+    rec = {k: _cell(where, k, v) for k, v in rec.items() if not _missing(v)}
     unknown = sorted(set(rec) - set(FIELDS))
     if unknown:
         raise DataError(f"{where}: unknown field(s) {unknown} (an item has {', '.join(FIELDS)})")
