@@ -42,4 +42,4 @@ def create(name: str, section: dict | None = None) -> Benchmark:
 
 # The exams. Importing them registers their classes and declares their metrics; their heavy
 # dependencies (llama.cpp, the sandbox, tree-sitter) load only when a method needs them.
-from . import bfcl, code, ruler  # noqa: E402,F401
+from . import bfcl, code, ruler, tasks  # noqa: E402,F401

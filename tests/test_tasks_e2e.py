@@ -1,0 +1,143 @@
+"""Your tasks end to end through the real rules (benchmark_source, benchmark_items, generate, score with
+the Python checks in the sandbox, aggregate): a reference rung and a quantized rung of the embedded
+model answer the example task set, and each rung's paired verdict on it lands in points.parquet.
+Then the two edits a user makes: a check edit re-scores and generates nothing (no generate job is
+even planned); a prompt edit regenerates that item only."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from quantladder.gguf_meta import read_info
+from quantladder.io import read_jsonl, sha256_file, write_json
+from pipeline_util import planned_jobs
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "config" / "tasks"
+FAM, CARD = "smollm2", "testcard"
+RUNGS = {"F16": "reference", "Q8_0": "quantized"}
+
+pytestmark = pytest.mark.slow
+
+
+def _snakemake(wd: Path, *args: str) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).with_name("snakemake")
+    r = subprocess.run([str(exe), "-s", str(wd / "Snakefile"), "-d", str(wd), "--cores", "2", "--nolock", *args,
+                        f"results/{CARD}/points.parquet"], capture_output=True, text=True, timeout=1200,
+                       env={**os.environ, "PYTHONPATH": str(REPO / "workflow")})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
+    return r
+
+
+def _point(wd: Path, rung: str) -> Path:
+    return wd / f"results/{CARD}/points/{FAM}/{rung}/f16/tasks"
+
+
+@pytest.fixture(scope="module")
+def run(smollm_f16, smollm_q8, tmp_path_factory):
+    wd = tmp_path_factory.mktemp("tasks-e2e")
+    tasks = wd / "my-tasks"
+    shutil.copytree(EXAMPLE, tasks)
+    for rung, model in (("F16", smollm_f16), ("Q8_0", smollm_q8)):
+        gguf = wd / f"resources/models/{FAM}/{RUNGS[rung]}/{rung}.gguf"
+        gguf.parent.mkdir(parents=True, exist_ok=True)
+        gguf.symlink_to(model)
+        write_json(str(gguf) + ".json", {"sha256": sha256_file(model), "info": read_info(model).as_dict(),
+                                         "method": "test fixture"})
+    write_json(wd / f"results/{CARD}/anchors/tasks.json",
+               {"benchmark": "tasks", "status": "unanchored", "reason": "test run"})
+    cfg = {
+        "card": CARD,
+        "threads": 1,
+        "families": {FAM: {"source": {"path": str(smollm_f16)}, "reference": "F16", "rungs": ["Q8_0"]}},
+        "measures": {m: {"enabled": False} for m in ("perplexity", "speed", "memory", "energy")},
+        # the whole section a user writes: where the file is
+        "benchmarks": {"tasks": {"enabled": True, "source": {"path": str(tasks / "example.jsonl")}}},
+        "generation": {"n_parallel": 1, "noise_floor": {"enabled": False}},
+    }
+    (wd / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (wd / "config").mkdir()
+    (wd / "config" / "schemas").symlink_to(REPO / "config" / "schemas")
+    (wd / "config" / "anchors.yaml").symlink_to(REPO / "config" / "anchors.yaml")
+    (wd / "Snakefile").write_text(textwrap.dedent(f"""\
+        configfile: "config.yaml"
+        include: "{REPO}/rules/common.smk"
+        include: "{REPO}/rules/tasks.smk"
+        include: "{REPO}/rules/aggregate.smk"
+        """))
+    proc = _snakemake(wd)
+    return {"wd": wd, "tasks": tasks / "example.jsonl", "log": proc.stderr}
+
+
+def _stores(wd):
+    return {r: (_point(wd, r) / ".generations.store.jsonl").read_text() for r in RUNGS}
+
+
+def test_each_rung_gets_its_paired_verdict_in_points_parquet(run):
+    import pandas as pd
+
+    wd = run["wd"]
+    n = len(read_jsonl(run["tasks"]))
+    for rung in RUNGS:
+        d = _point(wd, rung)
+        verdicts = read_jsonl(d / "verdicts.jsonl")
+        assert len(verdicts) == n and all(v["checks_total"] >= 1 for v in verdicts)
+        py = [c for v in verdicts for c in v["checks"] if c["kind"] == "python"]
+        assert py and all(c["error"] in (None, "python") for c in py), py  # ran in the sandbox, decided there
+        m = json.loads((d / "metrics.json").read_text())
+        assert m["status"] in ("ok", "unanchored") and not m.get("incomplete")
+        assert m["scoring"]["sandbox"].startswith("bubblewrap")
+    df = pd.read_parquet(wd / f"results/{CARD}/points.parquet")
+    rows = df[(df.benchmark == "tasks") & (df.metric == "all_checks_pass") & df.subset.isna()]
+    assert set(rows.rung) == set(RUNGS)
+    q8 = rows[rows.rung == "Q8_0"].iloc[0]
+    assert q8.n == n and isinstance(q8.verdict_text, str) and q8.verdict_text
+    assert "no paired comparison" not in q8.verdict_text, q8.verdict_text
+    assert not pd.isna(q8.delta)
+    from quantladder import report
+
+    html = report.render(df, CARD)
+    answer = html[html.index('class="answer"'):]
+    answer = answer[:answer.index("</section>")]
+    assert "all_checks_pass" in answer  # the report's first screen: the headline of your tasks, per rung
+
+
+def test_a_check_edit_rescores_and_generates_nothing(run):
+    wd, path = run["wd"], run["tasks"]
+    stores = _stores(wd)
+    gens = {r: (_point(wd, r) / "generations.jsonl").stat().st_mtime_ns for r in RUNGS}
+    text = path.read_text()
+    path.write_text(text.replace('"value": 48}', '"value": 48, "abs_tol": 1000000}'))  # now any number passes
+    dry = subprocess.run([str(Path(sys.executable).with_name("snakemake")), "-n", "-s", str(wd / "Snakefile"),
+                          "-d", str(wd), "--nolock", f"results/{CARD}/points.parquet"], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO / "workflow")})
+    rules = {rule for rule, _ in planned_jobs(dry.stdout + dry.stderr)}
+    assert rules == {"score", "aggregate"}, rules
+    _snakemake(wd)
+    assert _stores(wd) == stores
+    assert {r: (_point(wd, r) / "generations.jsonl").stat().st_mtime_ns for r in RUNGS} == gens
+    for rung in RUNGS:
+        v = {v["item_id"]: v for v in read_jsonl(_point(wd, rung) / "verdicts.jsonl")}
+        gen = {g["item_id"]: g for g in read_jsonl(_point(wd, rung) / "generations.jsonl")}
+        assert v["arith-pencils"]["correct"] == bool(re.search(r"\d", gen["arith-pencils"]["text"]))
+
+
+def test_a_prompt_edit_regenerates_the_items_it_touches(run):
+    wd, path = run["wd"], run["tasks"]
+    n = len(read_jsonl(path))
+    path.write_text(path.read_text().replace("How many pencils are in 4 boxes?", "How many pencils are in 5 boxes?"))
+    _snakemake(wd)
+    for rung in RUNGS:
+        log = (wd / f"logs/generate/{CARD}/points/{FAM}/{rung}/f16/tasks.log").read_text()
+        assert f"{n - 1} already generated, 1 to go" in log, log[-2000:]
+        assert len(read_jsonl(_point(wd, rung) / "verdicts.jsonl")) == n

@@ -1,0 +1,226 @@
+"""A task file: the user's own items, read and checked before anything runs (docs/your-tasks.md).
+
+One reader for the three formats (JSONL, CSV, Parquet; a local path or a hub dataset at a pinned
+revision). Every mistake is a :class:`DataError` naming ``file:line`` (CSV: the line the row starts
+on; Parquet: the row) and the field, raised while the file is read: a bad file never reaches a model.
+
+An item splits in two halves with a digest each. The *prompt* half (id, prompt, system, options,
+max_tokens, stop, subset) decides a reply; the *check* half (checks, and the text of a Python check
+file) decides only the verdict. The benchmark puts the first digest in the items key and the second
+in the scoring key, so that a check edit re-scores and a prompt edit regenerates the items it touches.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...config import REPO_ROOT
+from ...errors import ConfigError, DataError
+from ...io import hash_obj, sha256_file
+from . import checks as C
+
+FORMATS = ("jsonl", "csv", "parquet")
+PROMPT_FIELDS = ("id", "prompt", "system", "options", "max_tokens", "stop", "subset")
+FIELDS = PROMPT_FIELDS + ("checks",)
+ROLES = ("system", "user", "assistant")
+# Fields a CSV cell holds as JSON text (a list or an object); a plain prompt stays plain text.
+_JSON_CELLS = ("options", "stop", "checks")
+
+
+@dataclass(frozen=True)
+class TaskItem:
+    id: str
+    where: str  # file:line, for every later message about this item
+    prompt: str | list  # plain text, or chat messages [{role, content}]
+    checks: tuple  # parsed checks (quantladder.benchmarks.tasks.checks)
+    record: dict  # the item as written (JSON values): what a Python check sees
+    system: str | None = None
+    options: tuple[str, ...] | None = None
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    subset: str | None = None
+
+    def prompt_half(self) -> dict:
+        return {k: self.record.get(k) for k in PROMPT_FIELDS}
+
+
+@dataclass(frozen=True)
+class TaskFile:
+    path: Path
+    items: tuple[TaskItem, ...]
+    prompts_sha256: str
+    checks_sha256: str
+
+    @property
+    def has_python(self) -> bool:
+        return any(c.kind == "python" for it in self.items for c in it.checks)
+
+
+def resolve_path(path: str) -> Path:
+    """A local task file: absolute, else relative to the working directory, else to the repository
+    (the example set ships in config/tasks/)."""
+    p = Path(path).expanduser()
+    if p.is_absolute() or p.exists():
+        return p
+    return REPO_ROOT / p if (REPO_ROOT / p).exists() else p
+
+
+def download(hf: dict, cache_dir: str | None = None) -> Path:
+    """A task file from the hub at its pinned revision (huggingface_hub's cache)."""
+    for key in ("repo_id", "filename", "revision"):
+        if not hf.get(key):
+            raise ConfigError(f"benchmarks.tasks.source.hf.{key} is required (pin the revision)")
+    from huggingface_hub import hf_hub_download
+
+    try:
+        return Path(hf_hub_download(repo_id=hf["repo_id"], filename=hf["filename"], revision=hf["revision"],
+                                    repo_type=hf.get("repo_type", "dataset"), cache_dir=cache_dir))
+    except Exception as e:
+        raise DataError(f"benchmarks.tasks: could not get {hf['repo_id']}/{hf['filename']}@{hf['revision']} "
+                        f"from the hub: {type(e).__name__}: {e}") from e
+
+
+def format_of(path: Path, fmt: str = "auto") -> str:
+    if fmt != "auto":
+        return fmt
+    name = path.name.lower().removesuffix(".gz")
+    for f, exts in (("jsonl", (".jsonl", ".json", ".ndjson")), ("csv", (".csv",)), ("parquet", (".parquet",))):
+        if name.endswith(exts):
+            return f
+    raise DataError(f"{path}: the format is not known from the name (.jsonl, .csv, .parquet); "
+                    "set benchmarks.tasks.format")
+
+
+def _rows(path: Path, fmt: str):
+    """(where, record) per item, in file order; blank JSONL lines are skipped."""
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        for i, rec in enumerate(pq.read_table(path).to_pylist(), 1):
+            yield f"{path}:row {i}", rec
+        return
+    opener = gzip.open if path.suffix == ".gz" else open
+    # utf-8-sig: a byte-order mark (as spreadsheets write one) is not part of the first field's name
+    with opener(path, "rt", encoding="utf-8-sig", newline="" if fmt == "csv" else None) as f:
+        if fmt == "jsonl":
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise DataError(f"{path}:{n}: not a JSON object ({e.msg} at column {e.colno})") from None
+                yield f"{path}:{n}", rec
+            return
+        reader = csv.DictReader(f)
+        start = 2
+        for rec in reader:
+            yield f"{path}:{start}", {k: v for k, v in rec.items() if k is not None and v not in (None, "")}
+            start = reader.line_num + 1
+
+
+def _cell(where: str, key: str, value):
+    """A CSV cell or Parquet string that holds JSON (options, stop, checks)."""
+    if key in _JSON_CELLS and isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{where}: field {key!r}: not JSON ({e.msg})") from None
+    return value
+
+
+def _missing(v) -> bool:
+    """An absent field: null, or the NaN that pandas writes for an empty cell of a number column."""
+    return v is None or (isinstance(v, float) and v != v)
+
+
+def parse_item(where: str, rec, base_dir: Path) -> TaskItem:
+    if not isinstance(rec, dict):
+        raise DataError(f"{where}: an item is a JSON object, got {type(rec).__name__}")
+    rec = {k: _cell(where, k, v) for k, v in rec.items() if not _missing(v)}
+    unknown = sorted(set(rec) - set(FIELDS))
+    if unknown:
+        raise DataError(f"{where}: unknown field(s) {unknown} (an item has {', '.join(FIELDS)})")
+    for key in ("id", "prompt", "checks"):
+        if key not in rec or rec[key] in ("", [], {}):
+            raise DataError(f"{where}: field {key!r} is missing" + (" (at least one check)" if key == "checks" else ""))
+    if not isinstance(rec["id"], (str, int)) or isinstance(rec["id"], bool):
+        raise DataError(f"{where}: field 'id': a string or an integer, got {rec['id']!r}")
+    prompt = rec["prompt"]
+    if isinstance(prompt, list):
+        for i, m in enumerate(prompt):
+            if not (isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str)):
+                raise DataError(f"{where}: field 'prompt[{i}]': a chat message is {{role: {'|'.join(ROLES)}, "
+                                f"content: text}}, got {m!r}")
+        if prompt[-1]["role"] != "user":
+            raise DataError(f"{where}: field 'prompt': the last message must be the user's")
+    elif not isinstance(prompt, str):
+        raise DataError(f"{where}: field 'prompt': plain text or a list of chat messages, got {type(prompt).__name__}")
+    system = rec.get("system")
+    if system is not None and not isinstance(system, str):
+        raise DataError(f"{where}: field 'system': text, got {system!r}")
+    options = rec.get("options")
+    if options is not None and not (isinstance(options, list) and 2 <= len(options) <= 26
+                                    and all(isinstance(o, str) and o.strip() for o in options)):
+        raise DataError(f"{where}: field 'options': a list of 2 to 26 texts, got {options!r}")
+    max_tokens = rec.get("max_tokens")
+    if max_tokens is not None:
+        try:
+            max_tokens = int(max_tokens)
+        except (TypeError, ValueError):
+            max_tokens = 0
+        if max_tokens < 1:
+            raise DataError(f"{where}: field 'max_tokens': a positive integer, got {rec['max_tokens']!r}")
+    stop = rec.get("stop", [])
+    if isinstance(stop, str):
+        stop = [stop]
+    if not (isinstance(stop, list) and all(isinstance(s, str) and s for s in stop)):
+        raise DataError(f"{where}: field 'stop': a text or a list of texts, got {stop!r}")
+    raw_checks = rec["checks"]
+    if isinstance(raw_checks, dict):
+        raw_checks = [raw_checks]
+    if not isinstance(raw_checks, list):
+        raise DataError(f"{where}: field 'checks': a list of checks, got {type(raw_checks).__name__}")
+    item_fields = {"options": options}
+    parsed = tuple(C.parse(f"{where}: field 'checks[{i}]'", c, item_fields, base_dir)
+                   for i, c in enumerate(raw_checks))
+    subset = rec.get("subset")
+    return TaskItem(id=str(rec["id"]), where=where, prompt=prompt, checks=parsed, record=rec, system=system,
+                    options=tuple(options) if options else None, max_tokens=max_tokens, stop=tuple(stop),
+                    subset=str(subset) if subset not in (None, "") else None)
+
+
+def read(path: str | Path, fmt: str = "auto", limit: int | None = None) -> TaskFile:
+    """The task file, every item checked; the first mistake raises a DataError naming file:line."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such task file (benchmarks.tasks.source)")
+    fmt = format_of(path, fmt)
+    items: list[TaskItem] = []
+    seen: dict[str, str] = {}
+    for where, rec in _rows(path, fmt):
+        it = parse_item(where, rec, path.parent)
+        if it.id in seen:
+            raise DataError(f"{where}: field 'id': {it.id!r} is a duplicate (first at {seen[it.id]})")
+        seen[it.id] = where
+        items.append(it)
+    if not items:
+        raise DataError(f"{path}: the task file has no items")
+    if limit:
+        items = items[:limit]
+    return TaskFile(path=path, items=tuple(items),
+                    prompts_sha256=hash_obj([it.prompt_half() for it in items]),
+                    checks_sha256=hash_obj([[it.id, [c.digest for c in it.checks]] for it in items]))
+
+
+def source_record(path: Path, fmt: str, hf: dict | None, prompts_sha256: str | None = None) -> dict:
+    """What the source rule pins: where the file is, and its identity. A hub file is fixed by its
+    revision: its bytes' sha256. A local file is re-read by the score rule for its checks (their
+    digest is in the scoring key), so what this record pins is the digest of its prompt half."""
+    return {"name": "tasks", "path": str(path.resolve()), "format": format_of(path, fmt), "hf": hf,
+            "version": (hf or {}).get("revision") or path.name,
+            "sha256": prompts_sha256 or sha256_file(path)}
