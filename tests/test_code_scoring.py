@@ -330,3 +330,19 @@ def test_scoring_environment_interpreter_is_a_venv(tmp_path):
     probe = it.prefix + f"    import os\n    assert os.listdir({base_site!r}) == []\n" + it.extra["canonical_solution"]
     v = score.score_generations(items, [{"item_id": it.item_id, "code": probe}], settings)
     assert v[0]["correct"], v
+
+
+@pytest.mark.parametrize("line", ['{"passed": }', '{"passed": "yes", "detail": ""}', '{"passed": false, "kind": "pass"}',
+                                  '{"passed": true, "kind": "timeout"}', '{"passed": false, "detail": ["x"]}',
+                                  '{"a": ' * 100_000 + '1' + '}' * 100_000])
+def test_a_malformed_harness_verdict_is_a_sandbox_error(monkeypatch, line):
+    """Issue 32: the result line crosses the sandbox boundary and is checked before the host uses it.
+    A harness that writes a malformed verdict (here: the real harness, its verdict replaced) makes
+    the item fail as sandbox_error with the reason; it used to crash the rule (JSONDecodeError,
+    RecursionError) or count an unknown kind in no failure column."""
+    src = score.runner_source()
+    assert src.count("json.dumps(result)") == 1
+    monkeypatch.setattr(score, "_runner", [src.replace("json.dumps(result)", repr(line))])
+    r = _script("def f(x):\n    return x\n", "def check(c):\n    assert c(1) == 1\n")
+    assert r["passed"] is False and r["error_type"] == "sandbox_error", r
+    assert "the harness's verdict" in r["detail"], r
