@@ -34,9 +34,11 @@ processes together; cgroup v1 memory controller or v2), joined before bwrap star
 per process, so without it a program forking ``nproc`` children could still take nproc x address
 space. Where no cgroup can be made, ``check_backend`` says so and the rlimits are the bound.
 
-``--die-with-parent`` and a new pid namespace mean that killing bwrap (the wall-clock timeout kills
-its whole process group) kills every process the program started: when the namespace's init dies,
-the kernel kills the rest of the namespace.
+On the wall-clock timeout the sandbox's pid 1 is killed (bwrap reports its host pid on
+``--info-fd``): when a pid namespace's init dies, the kernel kills every other process in it, so
+every process the program started dies, whatever the privilege path and whether a cgroup exists.
+``--die-with-parent`` alone is not enough as root: setpriv's uid change clears the parent-death
+signal. ``check_backend`` refuses a backend on which a killed sandbox leaves a process alive.
 
 ``apptainer`` (clusters where unprivileged namespaces go through Apptainer): ``--containall
 --cleanenv --no-home --net --network none`` with the same private /work, the same ``prlimit`` inside
@@ -213,7 +215,9 @@ def check_backend(backend: str = "bubblewrap") -> str:
     if name == "bubblewrap" and "userns-allowed" in res.stdout:
         raise SandboxUnavailable(f"the {name} sandbox ({exe}) lets a program create a user namespace; "
                                  "the seccomp filter did not load (bwrap --seccomp)")
-    desc = f"{name} ({exe}; {'root: setpriv to a private uid' if os.geteuid() == 0 else 'user namespace'}"
+    _check_kill(name, exe, backend)
+    desc = (f"{name} ({exe}; {'root: setpriv to a private uid' if os.geteuid() == 0 else 'user namespace'}"
+            "; timeout: every process killed")
     if name == "bubblewrap":
         cg = memory_cgroup_root()
         desc += (f"; memory cap: {'cgroup ' + cg[0] if cg else 'none, RLIMIT_AS per process only'}"
@@ -223,6 +227,22 @@ def check_backend(backend: str = "bubblewrap") -> str:
     with _probe_lock:
         _probe_cache[backend] = desc
     return desc
+
+
+def _check_kill(name: str, exe: str, backend: str) -> None:
+    """Refuse a backend whose kill leaves a process of the sandbox alive: a program that started a
+    daemon in a session of its own and sleeps on as the sandbox's pid 1 (the code harness's shape)
+    is killed as on a timeout, and the daemon and pid 1 must both be gone (the pipes they hold are
+    closed) within KILL_GRACE_S. Which privilege path and whether a cgroup exists do not matter."""
+    probe = "setsid -f sleep 600 && echo kill-probe-ready; exec sleep 600"
+    res = _run(["/bin/sh", "-c", probe], {}, Limits(wall_s=30), backend, (), probe=True, as_init=True,
+               kill_on=b"kill-probe-ready")
+    if "kill-probe-ready" not in res.stdout:
+        raise SandboxUnavailable(f"the {name} sandbox's kill probe did not start ({exe}): rc={res.returncode} "
+                                 f"{res.stderr.strip()[:300]!r} (it needs util-linux's setsid inside)")
+    if res.kind != "timeout":
+        raise SandboxUnavailable(f"the {name} sandbox ({exe}) cannot be killed whole here: {res.detail}; a "
+                                 "program could outlive its wall-clock limit")
 
 
 @dataclass(frozen=True)
@@ -440,16 +460,23 @@ def run_sandboxed(argv: list[str], files: Mapping[str, bytes | str], limits: Lim
 
 
 def _run(argv, files, limits: Limits, backend: str, extra_ro_binds, probe: bool = False, hidden=(),
-         as_init: bool = False) -> SandboxResult:
+         as_init: bool = False, kill_on: bytes | None = None) -> SandboxResult:
+    """``kill_on``: end the run as a timeout as soon as the program has printed this (the backend
+    check's kill probe)."""
     if not argv:
         raise ValueError("run_sandboxed: argv is empty")
     name, arg = _parse_backend(backend)
     fds: list[int] = []
     cleanup: list[str] = []
     cg = None
+    info_r = None
     try:
         if name == "bubblewrap":
-            cmd, pass_fds, uid = _bwrap_command(list(argv), files, limits, extra_ro_binds, fds, hidden, as_init)
+            # bwrap writes the host pid of the sandbox's pid 1 on this pipe (--info-fd): the kill's target.
+            info_r, info_w = os.pipe()
+            fds.append(info_w)
+            cmd, pass_fds, uid = _bwrap_command(list(argv), files, limits, extra_ro_binds, fds, hidden, as_init,
+                                                info_fd=info_w)
             cg = _make_cgroup(uid, limits) if os.geteuid() == 0 else None
             if cg is not None:
                 # Join the cgroup before bwrap starts: every process of the sandbox is born in it.
@@ -468,14 +495,15 @@ def _run(argv, files, limits: Limits, backend: str, extra_ro_binds, probe: bool 
             for fd in fds:  # the child holds its own copies until bwrap has copied the files in
                 os.close(fd)
             fds.clear()
-        out, err, timed_out, truncated = _collect(proc, t0 + limits.wall_s, limits.output_bytes)
+        out, err, timed_out, truncated, outlived = _collect(
+            proc, t0 + limits.wall_s, limits.output_bytes, lambda: _kill_sandbox(proc, info_r), kill_on)
         wall = time.perf_counter() - t0
         oom_kills = 0
         if cg is not None:
             oom_kills = _cgroup_oom_kills(cg)
             _kill_cgroup(cg)  # nothing should be left; if anything is, it goes now
     finally:
-        for fd in fds:
+        for fd in fds + ([info_r] if info_r is not None else []):
             os.close(fd)
         for d in cleanup:
             shutil.rmtree(d, ignore_errors=True)
@@ -487,16 +515,22 @@ def _run(argv, files, limits: Limits, backend: str, extra_ro_binds, probe: bool 
     kind, sig, detail = classify(rc, stderr, timed_out, backend=name)
     if oom_kills and kind not in ("ok", "timeout"):
         kind, detail = "memory", f"memory cgroup limit ({oom_kills} process(es) killed)"
+    if outlived:  # the backend check refuses a backend where this happens; never a verdict of the program's
+        kind, detail = "sandbox_error", f"a process of the sandbox still held its output {KILL_GRACE_S:g} s after the kill"
     return SandboxResult(returncode=rc, stdout=stdout, stderr=stderr, timed_out=timed_out, wall_s=wall,
                          kind=kind, signal=sig, truncated=truncated, backend=backend, detail=detail,
                          oom_kills=oom_kills)
 
 
-def _collect(proc: subprocess.Popen, deadline: float, limit: int) -> tuple[bytes, bytes, bool, bool]:
-    """Read both pipes until the program ends or the deadline passes (then kill its process group).
+def _collect(proc: subprocess.Popen, deadline: float, limit: int, kill, kill_on: bytes | None = None
+             ) -> tuple[bytes, bytes, bool, bool, bool]:
+    """Read both pipes until the program ends or the deadline passes (then ``kill()`` the sandbox and
+    read on until every process holding the pipes is gone, at most KILL_GRACE_S).
 
     Each stream keeps its first ``limit`` bytes minus a tail window, plus its last bytes, so that a
-    verdict line printed at the end survives a program that floods its output.
+    verdict line printed at the end survives a program that floods its output. Returns (stdout,
+    stderr, timed out, truncated, outlived): outlived when a pipe was still open KILL_GRACE_S after
+    the kill, i.e. a process of the sandbox survived it.
     """
     tail_keep = min(16384, max(1024, limit // 4))
     head_keep = max(0, limit - tail_keep)
@@ -506,14 +540,17 @@ def _collect(proc: subprocess.Popen, deadline: float, limit: int) -> tuple[bytes
         os.set_blocking(f.fileno(), False)
         sel.register(f, selectors.EVENT_READ)
     timed_out = False
+    killed_at = None
     open_streams = 2
     while open_streams:
-        remaining = deadline - time.perf_counter()
-        if remaining <= 0:
+        now = time.perf_counter()
+        if killed_at is None and now >= deadline:
             timed_out = True
-            _kill_group(proc)
+            kill()
+            killed_at = now
+        if killed_at is not None and now - killed_at > KILL_GRACE_S:
             break
-        events = sel.select(timeout=min(remaining, 0.5))
+        events = sel.select(timeout=0.1 if killed_at is not None else min(deadline - now, 0.5))
         for key, _ in events:
             try:
                 chunk = os.read(key.fileobj.fileno(), 65536)
@@ -523,6 +560,8 @@ def _collect(proc: subprocess.Popen, deadline: float, limit: int) -> tuple[bytes
                 sel.unregister(key.fileobj)
                 open_streams -= 1
                 continue
+            if kill_on is not None and key.fileobj is proc.stdout and kill_on in chunk:
+                deadline = time.perf_counter()
             head, tail, total = bufs[key.fileobj]
             bufs[key.fileobj][2] = total + len(chunk)
             room = head_keep - len(head)
@@ -533,12 +572,13 @@ def _collect(proc: subprocess.Popen, deadline: float, limit: int) -> tuple[bytes
                 tail += chunk
                 if len(tail) > tail_keep:
                     del tail[: len(tail) - tail_keep]
-    # Both pipes closed (or the deadline passed): every process of the namespace is gone or going.
+    outlived = bool(open_streams)
+    # Both pipes closed (or the sandbox was killed): every process of the namespace is gone or going.
     try:
         proc.wait(timeout=max(0.0, deadline - time.perf_counter()) + 5)
     except subprocess.TimeoutExpired:
         timed_out = True
-        _kill_group(proc)
+        kill()
         proc.wait()
     sel.close()
     for f in bufs:
@@ -552,15 +592,53 @@ def _collect(proc: subprocess.Popen, deadline: float, limit: int) -> tuple[bytes
             out.append(bytes(head) + b"\n[... output truncated by the sandbox ...]\n" + bytes(tail))
         else:
             out.append(bytes(head) + bytes(tail))
-    return out[0], out[1], timed_out, truncated
+    return out[0], out[1], timed_out, truncated, outlived
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL bwrap's process group; --die-with-parent then takes the sandbox's pid namespace down."""
+# How long the sandbox's processes may take to die after the kill before the run counts as escaped.
+KILL_GRACE_S = 5.0
+
+
+def _kill_sandbox(proc: subprocess.Popen, info_r: int | None) -> None:
+    """SIGKILL the sandbox's pid 1 (the kernel then kills every process of its pid namespace), then
+    the backend's process group.
+
+    Killing bwrap's group alone is not enough as root: ``setpriv`` changes uid, which clears the
+    parent-death signal that ``--die-with-parent`` set, so a pid 1 that is the program itself
+    (``as_init``) outlives bwrap, and the whole namespace with it. bwrap writes pid 1's host pid on
+    ``info_r`` right after the clone and before it lets the child go on, so once that record is read
+    no started sandbox is without a known pid 1.
+    """
+    pid = _sandbox_init_pid(info_r) if info_r is not None else None
+    # While bwrap has not exited it has not reaped its child either: the pid is still that process.
+    if pid is not None and proc.poll() is None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            proc.wait(timeout=1.0)  # bwrap reaps its child and exits; killed first, it would leave a zombie
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def _sandbox_init_pid(info_r: int, wait_s: float = KILL_GRACE_S) -> int | None:
+    """The host pid of the sandbox's pid 1 from bwrap's --info-fd record (read to its end: bwrap
+    closes the pipe after writing it); None when bwrap ended before the clone (no sandbox started)."""
+    data = bytearray()
+    end = time.perf_counter() + wait_s
+    with selectors.DefaultSelector() as sel:
+        sel.register(info_r, selectors.EVENT_READ)
+        while time.perf_counter() < end:
+            if not sel.select(timeout=max(0.0, end - time.perf_counter())):
+                continue
+            chunk = os.read(info_r, 4096)
+            if not chunk:
+                break
+            data += chunk
+    m = re.search(rb'"child-pid"\s*:\s*(\d+)', data)
+    return int(m.group(1)) if m else None
 
 
 _MEMORY_PAT = re.compile(r"MemoryError|Cannot allocate memory|std::bad_alloc|out of memory", re.I)
@@ -704,12 +782,16 @@ def bwrap_version() -> tuple[int, ...]:
 
 
 def _bwrap_command(argv, files, limits: Limits, extra_ro_binds, fds: list[int], hidden=(),
-                   as_init: bool = False) -> tuple[list[str], list[int], int]:
+                   as_init: bool = False, info_fd: int | None = None) -> tuple[list[str], list[int], int]:
     root = os.geteuid() == 0
     cmd = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net",
            "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
     if as_init:
         cmd.append("--as-pid-1")
+    pass_fds: list[int] = []
+    if info_fd is not None:
+        cmd += ["--info-fd", str(info_fd)]
+        pass_fds.append(info_fd)
     uid = gid = 65534
     if root:
         uid = gid = _next_uid()
@@ -719,7 +801,6 @@ def _bwrap_command(argv, files, limits: Limits, extra_ro_binds, fds: list[int], 
         cmd += ["--unshare-user", "--uid", str(uid), "--gid", str(gid)]
         if bwrap_version() >= (0, 8):
             cmd += ["--disable-userns", "--assert-userns-disabled"]
-    pass_fds: list[int] = []
     fd = _memfd(seccomp_filter())
     fds.append(fd)
     pass_fds.append(fd)
