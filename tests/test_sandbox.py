@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from quantladder import sandbox
+from quantladder import sandbox, sandbox_procs
 from quantladder.benchmarks.code import score
 from quantladder.sandbox import Limits, SandboxUnavailable, run_sandboxed
 
@@ -174,9 +174,9 @@ def cgroup_path(request, monkeypatch):
     ``memory_cgroup_root()`` (what check_backend reports as "memory cap") answers None, as on a root
     container whose cgroup filesystem is read-only; no per-sandbox cgroup is then made or killed."""
     if request.param == "no memory cgroup":
-        monkeypatch.setattr(sandbox, "_cgroup_root", [None])
-        assert sandbox.memory_cgroup_root() is None
-    elif sandbox.memory_cgroup_root() is None:
+        monkeypatch.setattr(sandbox_procs, "_cgroup_root", [None])
+        assert sandbox_procs.memory_cgroup_root() is None
+    elif sandbox_procs.memory_cgroup_root() is None:
         pytest.skip("no memory cgroup can be made on this host (not root, or no memory controller)")
     yield request.param
     _kill_strays()
@@ -212,7 +212,7 @@ def test_a_sleeping_candidate_is_killed_at_its_limit_without_a_cgroup(monkeypatc
     root, no memory cgroup. It used to run on 27 s past its verdict."""
     from quantladder.benchmarks.code.data import load_humaneval
 
-    monkeypatch.setattr(sandbox, "_cgroup_root", [None])
+    monkeypatch.setattr(sandbox_procs, "_cgroup_root", [None])
     item = load_humaneval(limit=1)[0]
     code = item.prompt + "    import time\n    time.sleep(30)\n" + item.extra["canonical_solution"]
     _, program = score.program_for(item, code)
@@ -229,8 +229,8 @@ def test_a_sleeping_candidate_is_killed_at_its_limit_without_a_cgroup(monkeypatc
 def test_backend_check_refuses_a_kill_that_leaves_the_sandbox_alive(monkeypatch):
     """A backend whose kill leaves processes behind is refused, not accepted with a note: here the kill
     as it was before issue 32 (bwrap's process group only; pid 1 unknown), root, no memory cgroup."""
-    monkeypatch.setattr(sandbox, "_cgroup_root", [None])
-    monkeypatch.setattr(sandbox, "_sandbox_init_pid", lambda *a, **k: None)
+    monkeypatch.setattr(sandbox_procs, "_cgroup_root", [None])
+    monkeypatch.setattr(sandbox_procs, "sandbox_init_pid", lambda *a, **k: None)
     monkeypatch.setattr(sandbox, "_probe_cache", {})
     try:
         with pytest.raises(SandboxUnavailable, match="cannot be killed whole"):
@@ -350,7 +350,7 @@ def test_hostile_program_is_contained(name, secrets_planted):
     code = item.prompt + textwrap.indent(code, "    ") + item.extra["canonical_solution"]
     settings = score.ScoreSettings(limits=Limits(wall_s=5, cpu_s=5, address_space_bytes=256 << 20, nproc=32,
                                                  disk_bytes=32 << 20, memory_bytes=384 << 20))
-    if name == "memory_bomb_many_processes" and sandbox.memory_cgroup_root() is None:
+    if name == "memory_bomb_many_processes" and sandbox_procs.memory_cgroup_root() is None:
         # Each child stays under RLIMIT_AS; only a memory cgroup bounds them together.
         pytest.skip("no memory cgroup can be made on this host (not root, or no memory controller)")
     _, program = score.program_for(item, code)

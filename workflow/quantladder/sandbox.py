@@ -68,6 +68,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Mapping, Sequence
 
+from . import sandbox_procs as procs
 from .errors import QuantladderError
 
 MiB = 1 << 20
@@ -219,7 +220,7 @@ def check_backend(backend: str = "bubblewrap") -> str:
     desc = (f"{name} ({exe}; {'root: setpriv to a private uid' if os.geteuid() == 0 else 'user namespace'}"
             "; timeout: every process killed")
     if name == "bubblewrap":
-        cg = memory_cgroup_root()
+        cg = procs.memory_cgroup_root()
         desc += (f"; memory cap: {'cgroup ' + cg[0] if cg else 'none, RLIMIT_AS per process only'}"
                  "; seccomp: no nested user namespaces, no ptrace)")
     else:
@@ -233,7 +234,8 @@ def _check_kill(name: str, exe: str, backend: str) -> None:
     """Refuse a backend whose kill leaves a process of the sandbox alive: a program that started a
     daemon in a session of its own and sleeps on as the sandbox's pid 1 (the code harness's shape)
     is killed as on a timeout, and the daemon and pid 1 must both be gone (the pipes they hold are
-    closed) within KILL_GRACE_S. Which privilege path and whether a cgroup exists do not matter."""
+    closed) within sandbox_procs.KILL_GRACE_S. Which privilege path and whether a cgroup exists do
+    not matter."""
     probe = "setsid -f sleep 600 && echo kill-probe-ready; exec sleep 600"
     res = _run(["/bin/sh", "-c", probe], {}, Limits(wall_s=30), backend, (), probe=True, as_init=True,
                kill_on=b"kill-probe-ready")
@@ -332,114 +334,6 @@ def _under_system(path: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# memory cgroups: one per sandbox, where the host lets us make them (root, cgroup v1 memory
-# controller or a cgroup v2 tree with the memory controller). Best effort: without one, the
-# per-process RLIMIT_AS and RLIMIT_NPROC are the bound, and check_backend says so.
-
-CGROUP_NAME = "quantladder-sandbox"
-_cgroup_root: list = []
-
-
-def memory_cgroup_root() -> tuple[str, str] | None:
-    """(version, parent dir) under which per-sandbox memory cgroups are made, or None."""
-    if _cgroup_root:
-        return _cgroup_root[0]
-    found = None
-    if os.geteuid() == 0:
-        v1 = "/sys/fs/cgroup/memory"
-        try:
-            if os.path.exists(f"{v1}/memory.limit_in_bytes"):
-                os.makedirs(f"{v1}/{CGROUP_NAME}", exist_ok=True)
-                found = ("v1", f"{v1}/{CGROUP_NAME}")
-        except OSError:
-            found = None
-        if found is None:
-            v2 = "/sys/fs/cgroup"
-            try:
-                with open(f"{v2}/cgroup.controllers") as f:
-                    if "memory" in f.read().split():
-                        with open(f"{v2}/cgroup.subtree_control", "w") as f:
-                            f.write("+memory")
-                        os.makedirs(f"{v2}/{CGROUP_NAME}", exist_ok=True)
-                        with open(f"{v2}/{CGROUP_NAME}/cgroup.subtree_control", "w") as f:
-                            f.write("+memory")
-                        found = ("v2", f"{v2}/{CGROUP_NAME}")
-            except OSError:
-                found = None
-    _cgroup_root.append(found)
-    return found
-
-
-def _write(path: str, value) -> bool:
-    try:
-        with open(path, "w") as f:
-            f.write(str(value))
-        return True
-    except OSError:
-        return False
-
-
-def _make_cgroup(uid: int, limits: Limits) -> tuple[str, str] | None:
-    root = memory_cgroup_root()
-    if root is None:
-        return None
-    ver, parent = root
-    d = f"{parent}/s{uid}"
-    try:
-        os.makedirs(d, exist_ok=True)
-    except OSError:
-        return None
-    if ver == "v1":
-        ok = _write(f"{d}/memory.limit_in_bytes", int(limits.memory_bytes))
-        _write(f"{d}/memory.memsw.limit_in_bytes", int(limits.memory_bytes))  # where swap is accounted
-    else:
-        ok = _write(f"{d}/memory.max", int(limits.memory_bytes))
-        _write(f"{d}/memory.swap.max", 0)
-    if not ok:
-        _remove_cgroup(d)
-        return None
-    return ver, d
-
-
-def _cgroup_oom_kills(cg: tuple[str, str]) -> int:
-    ver, d = cg
-    name = "memory.oom_control" if ver == "v1" else "memory.events"
-    try:
-        with open(f"{d}/{name}") as f:
-            for line in f:
-                k, _, v = line.partition(" ")
-                if k == "oom_kill":
-                    return int(v)
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
-def _kill_cgroup(cg: tuple[str, str]) -> None:
-    try:
-        with open(f"{cg[1]}/cgroup.procs") as f:
-            pids = [int(x) for x in f.read().split()]
-    except OSError:
-        return
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def _remove_cgroup(d: str) -> None:
-    for _ in range(100):  # the namespace's processes may take a moment to be reaped
-        try:
-            os.rmdir(d)
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            time.sleep(0.01)
-
-
-# ---------------------------------------------------------------------------------------------
 # the runner
 
 
@@ -477,7 +371,7 @@ def _run(argv, files, limits: Limits, backend: str, extra_ro_binds, probe: bool 
             fds.append(info_w)
             cmd, pass_fds, uid = _bwrap_command(list(argv), files, limits, extra_ro_binds, fds, hidden, as_init,
                                                 info_fd=info_w)
-            cg = _make_cgroup(uid, limits) if os.geteuid() == 0 else None
+            cg = procs.make_cgroup(uid, limits.memory_bytes) if os.geteuid() == 0 else None
             if cg is not None:
                 # Join the cgroup before bwrap starts: every process of the sandbox is born in it.
                 cmd = ["/bin/sh", "-c", 'echo $$ > "$0" || exit 125; exec "$@"', f"{cg[1]}/cgroup.procs", *cmd]
@@ -496,19 +390,19 @@ def _run(argv, files, limits: Limits, backend: str, extra_ro_binds, probe: bool 
                 os.close(fd)
             fds.clear()
         out, err, timed_out, truncated, outlived = _collect(
-            proc, t0 + limits.wall_s, limits.output_bytes, lambda: _kill_sandbox(proc, info_r), kill_on)
+            proc, t0 + limits.wall_s, limits.output_bytes, lambda: procs.kill_sandbox(proc, info_r), kill_on)
         wall = time.perf_counter() - t0
         oom_kills = 0
         if cg is not None:
-            oom_kills = _cgroup_oom_kills(cg)
-            _kill_cgroup(cg)  # nothing should be left; if anything is, it goes now
+            oom_kills = procs.cgroup_oom_kills(cg)
+            procs.kill_cgroup(cg)  # nothing should be left; if anything is, it goes now
     finally:
         for fd in fds + ([info_r] if info_r is not None else []):
             os.close(fd)
         for d in cleanup:
             shutil.rmtree(d, ignore_errors=True)
         if cg is not None:
-            _remove_cgroup(cg[1])
+            procs.remove_cgroup(cg[1])
     rc = proc.returncode
     stdout = out.decode("utf-8", errors="replace")
     stderr = err.decode("utf-8", errors="replace")
@@ -516,7 +410,7 @@ def _run(argv, files, limits: Limits, backend: str, extra_ro_binds, probe: bool 
     if oom_kills and kind not in ("ok", "timeout"):
         kind, detail = "memory", f"memory cgroup limit ({oom_kills} process(es) killed)"
     if outlived:  # the backend check refuses a backend where this happens; never a verdict of the program's
-        kind, detail = "sandbox_error", f"a process of the sandbox still held its output {KILL_GRACE_S:g} s after the kill"
+        kind, detail = "sandbox_error", f"a sandbox process held its output {procs.KILL_GRACE_S:g} s after the kill"
     return SandboxResult(returncode=rc, stdout=stdout, stderr=stderr, timed_out=timed_out, wall_s=wall,
                          kind=kind, signal=sig, truncated=truncated, backend=backend, detail=detail,
                          oom_kills=oom_kills)
@@ -525,12 +419,12 @@ def _run(argv, files, limits: Limits, backend: str, extra_ro_binds, probe: bool 
 def _collect(proc: subprocess.Popen, deadline: float, limit: int, kill, kill_on: bytes | None = None
              ) -> tuple[bytes, bytes, bool, bool, bool]:
     """Read both pipes until the program ends or the deadline passes (then ``kill()`` the sandbox and
-    read on until every process holding the pipes is gone, at most KILL_GRACE_S).
+    read on until every process holding the pipes is gone, at most sandbox_procs.KILL_GRACE_S).
 
     Each stream keeps its first ``limit`` bytes minus a tail window, plus its last bytes, so that a
     verdict line printed at the end survives a program that floods its output. Returns (stdout,
-    stderr, timed out, truncated, outlived): outlived when a pipe was still open KILL_GRACE_S after
-    the kill, i.e. a process of the sandbox survived it.
+    stderr, timed out, truncated, outlived): outlived when a pipe was still open KILL_GRACE_S after the
+    kill, i.e. a process of the sandbox survived it.
     """
     tail_keep = min(16384, max(1024, limit // 4))
     head_keep = max(0, limit - tail_keep)
@@ -548,7 +442,7 @@ def _collect(proc: subprocess.Popen, deadline: float, limit: int, kill, kill_on:
             timed_out = True
             kill()
             killed_at = now
-        if killed_at is not None and now - killed_at > KILL_GRACE_S:
+        if killed_at is not None and now - killed_at > procs.KILL_GRACE_S:
             break
         events = sel.select(timeout=0.1 if killed_at is not None else min(deadline - now, 0.5))
         for key, _ in events:
@@ -593,52 +487,6 @@ def _collect(proc: subprocess.Popen, deadline: float, limit: int, kill, kill_on:
         else:
             out.append(bytes(head) + bytes(tail))
     return out[0], out[1], timed_out, truncated, outlived
-
-
-# How long the sandbox's processes may take to die after the kill before the run counts as escaped.
-KILL_GRACE_S = 5.0
-
-
-def _kill_sandbox(proc: subprocess.Popen, info_r: int | None) -> None:
-    """SIGKILL the sandbox's pid 1 (the kernel then kills every process of its pid namespace), then
-    the backend's process group.
-
-    Killing bwrap's group alone is not enough as root: ``setpriv`` changes uid, which clears the
-    parent-death signal that ``--die-with-parent`` set, so a pid 1 that is the program itself
-    (``as_init``) outlives bwrap, and the whole namespace with it. bwrap writes pid 1's host pid on
-    ``info_r`` right after the clone and before it lets the child go on, so once that record is read
-    no started sandbox is without a known pid 1.
-    """
-    pid = _sandbox_init_pid(info_r) if info_r is not None else None
-    # While bwrap has not exited it has not reaped its child either: the pid is still that process.
-    if pid is not None and proc.poll() is None:
-        try:
-            os.kill(pid, signal.SIGKILL)
-            proc.wait(timeout=1.0)  # bwrap reaps its child and exits; killed first, it would leave a zombie
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _sandbox_init_pid(info_r: int, wait_s: float = KILL_GRACE_S) -> int | None:
-    """The host pid of the sandbox's pid 1 from bwrap's --info-fd record (read to its end: bwrap
-    closes the pipe after writing it); None when bwrap ended before the clone (no sandbox started)."""
-    data = bytearray()
-    end = time.perf_counter() + wait_s
-    with selectors.DefaultSelector() as sel:
-        sel.register(info_r, selectors.EVENT_READ)
-        while time.perf_counter() < end:
-            if not sel.select(timeout=max(0.0, end - time.perf_counter())):
-                continue
-            chunk = os.read(info_r, 4096)
-            if not chunk:
-                break
-            data += chunk
-    m = re.search(rb'"child-pid"\s*:\s*(\d+)', data)
-    return int(m.group(1)) if m else None
 
 
 _MEMORY_PAT = re.compile(r"MemoryError|Cannot allocate memory|std::bad_alloc|out of memory", re.I)
