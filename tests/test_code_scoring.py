@@ -332,9 +332,9 @@ def test_scoring_environment_interpreter_is_a_venv(tmp_path):
     assert v[0]["correct"], v
 
 
-@pytest.mark.parametrize("line", ['{"passed": }', '{"passed": "yes", "detail": ""}', '{"passed": false, "kind": "pass"}',
-                                  '{"passed": true, "kind": "timeout"}', '{"passed": false, "detail": ["x"]}',
-                                  '{"a": ' * 100_000 + '1' + '}' * 100_000])
+@pytest.mark.parametrize("line", ['{"passed": }', '{"passed": "yes", "detail": ""}',
+                                  '{"passed": false, "kind": "pass"}', '{"passed": true, "kind": "timeout"}',
+                                  '{"passed": false, "detail": ["x"]}', '{"a": ' * 100_000 + '1' + '}' * 100_000])
 def test_a_malformed_harness_verdict_is_a_sandbox_error(monkeypatch, line):
     """Issue 32: the result line crosses the sandbox boundary and is checked before the host uses it.
     A harness that writes a malformed verdict (here: the real harness, its verdict replaced) makes
