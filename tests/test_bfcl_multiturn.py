@@ -129,3 +129,45 @@ def test_multi_turn_verdicts_equal_official(executor, bfcl_record):  # noqa: F81
             mismatches.append((case["id"], case["variant"], case["valid"], case["error_type"], v))
     assert {c["valid"] for c in MT_CASES} == {True, False}
     assert not mismatches, mismatches
+
+
+
+def _printing_reply(payload: bytes) -> str:
+    """A reply whose call string prints ``payload`` as the runner's whole output and exits: BFCL
+    renders a dict argument's keys unescaped into the call string, so a reply runs Python inside
+    the sandbox (contained there, as in BFCL)."""
+    key = f"x': __import__('os').write(1, {payload!r}) and __import__('os')._exit(0), 'y"
+    return "[ls(a=" + repr({key: 1}) + ")]"
+
+
+@pytest.mark.parametrize("payload", [b'{"turns": [], "states": []}', b"[" * 100_000],
+                         ids=["hollow_result", "nested_past_the_parser"])
+def test_a_reply_that_prints_its_own_result_is_a_failure_not_a_crash(executor, base_items, payload):
+    """Issue 32: a well-formed but empty result used to crash the verdict (IndexError), and the
+    generation loop alike; nesting past the JSON parser's depth raised RecursionError."""
+    item = base_items["multi_turn_base_1"]
+    hostile = _printing_reply(payload)
+    assert "_exit(0)" in multiturn.decode_step(hostile)[0]  # the injection survives the decoder
+    rec = as_model_turns(item["ground_truth"])
+    rec["turns"][0] = [hostile]
+    v = multiturn.verdict(item, rec, executor)
+    assert v["correct"] is False and v["error_type"] == "multi_turn:sandbox_error", v
+    # what generation sees for that step: an error result per call, not an exception
+    out = executor.run(item, [[multiturn.decode_step(hostile)]])
+    assert set(out) == {"error"}, out
+
+
+@pytest.mark.parametrize("out", [
+    {"turns": [], "states": []},
+    {"turns": [[["ok"]]], "states": [[]]},  # a state that is not an object
+    {"turns": [[[1]]], "states": [{}]},  # a result that is not a string
+    {"turns": [[["a", "b"]]], "states": [{}]},  # more results than calls
+    {"turns": [[["ok"]]], "states": [{"NotInvolved": {}}]},
+    {"turns": [[["ok"]]], "states": [{"GorillaFileSystem": []}]},
+    [1],
+])
+def test_malformed_replay_shapes_are_refused(out):
+    item = {"involved_classes": ["GorillaFileSystem"]}
+    assert multiturn.replay_shape_error(out, item, [[["ls()"]]]) is not None
+    assert multiturn.replay_shape_error({"turns": [[["ok"]]], "states": [{"GorillaFileSystem": {}}]},
+                                        item, [[["ls()"]]]) is None

@@ -330,3 +330,63 @@ def test_scoring_environment_interpreter_is_a_venv(tmp_path):
     probe = it.prefix + f"    import os\n    assert os.listdir({base_site!r}) == []\n" + it.extra["canonical_solution"]
     v = score.score_generations(items, [{"item_id": it.item_id, "code": probe}], settings)
     assert v[0]["correct"], v
+
+
+@pytest.mark.parametrize("line", ['{"passed": }', '{"passed": "yes", "detail": ""}',
+                                  '{"passed": false, "kind": "pass"}', '{"passed": true, "kind": "timeout"}',
+                                  '{"passed": false, "detail": ["x"]}', '{"a": ' * 100_000 + '1' + '}' * 100_000])
+def test_a_malformed_harness_verdict_is_a_sandbox_error(monkeypatch, line):
+    """Issue 32: the result line crosses the sandbox boundary and is checked before the host uses it.
+    A harness that writes a malformed verdict (here: the real harness, its verdict replaced) makes
+    the item fail as sandbox_error with the reason; it used to crash the rule (JSONDecodeError,
+    RecursionError) or count an unknown kind in no failure column."""
+    src = score.runner_source()
+    assert src.count("json.dumps(result)") == 1
+    monkeypatch.setattr(score, "_runner", [src.replace("json.dumps(result)", repr(line))])
+    r = _script("def f(x):\n    return x\n", "def check(c):\n    assert c(1) == 1\n")
+    assert r["passed"] is False and r["error_type"] == "sandbox_error", r
+    assert "the harness's verdict" in r["detail"], r
+
+
+BOUND_NAMES_TEST = textwrap.dedent("""
+    import unittest
+    from collections import Counter, OrderedDict as OD
+    from os.path import *
+    try:
+        import numpy_is_absent_here as maybe
+    except ImportError:
+        maybe = None
+    LIMIT = 3
+
+
+    class TestCases(unittest.TestCase):
+        @classmethod
+        def setUpClass(cls):
+            cls.want = Counter("aab")
+
+        def test_later_helper_and_nested_scopes(self):
+            check = lambda got: self.assertEqual(got, self.want)
+            check(task_func("aab"))
+            self.assertEqual([Counter(w) for w in ("ab", "b")][0], Counter("ba"))
+            self.assertEqual(later(LIMIT), 3)
+            self.assertIsNone(maybe)
+            self.assertTrue(isabs("/x") and OD(a=1)["a"] == 1)
+
+        def test_a_local_of_the_same_name_stays_local(self):
+            LIMIT = 5
+            self.assertEqual(later(LIMIT), 5)
+
+
+    def later(n):
+        return len([Counter() for _ in range(n)])
+""")
+
+
+def test_bigcodebench_bound_names_keep_the_tests_working():
+    """The names the test binds, read through its code's constant (docs/sandbox.md): a helper defined
+    after the test class, lambdas and comprehensions in tests, setUpClass, a star import, an import
+    guarded by try, a local that shadows a module name."""
+    r = _unittest("from collections import Counter\ndef task_func(s):\n    return Counter(s)\n", BOUND_NAMES_TEST)
+    assert r["passed"] and r["detail"] == "2 tests", r
+    r = _unittest("from collections import Counter\ndef task_func(s):\n    return Counter(s[1:])\n", BOUND_NAMES_TEST)
+    assert not r["passed"] and r["error_type"] == "test_failure", r

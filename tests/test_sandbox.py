@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from quantladder import sandbox
+from quantladder import sandbox, sandbox_procs
 from quantladder.benchmarks.code import score
 from quantladder.sandbox import Limits, SandboxUnavailable, run_sandboxed
 
@@ -25,7 +25,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _sandbox_pids() -> list[int]:
-    """Host pids of processes running as one of the sandbox's private uids."""
+    """Host pids of processes running as one of this process's sandbox uids (sandbox._next_uid: a
+    range per host pid; other test runs on the host have theirs)."""
+    lo = sandbox.UID_BASE + ((os.getpid() & 0xFFFF) << 12)
     pids = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -34,7 +36,7 @@ def _sandbox_pids() -> list[int]:
             with open(f"/proc/{d}/status") as f:
                 for line in f:
                     if line.startswith("Uid:"):
-                        if int(line.split()[1]) >= sandbox.UID_BASE:
+                        if lo <= int(line.split()[1]) < lo + 0x1000:
                             pids.append(int(d))
                         break
         except OSError:
@@ -149,6 +151,94 @@ def test_timeout_kills_the_whole_namespace(py):
     assert _no_stray_processes() == []
 
 
+def _kill_strays() -> None:
+    """SIGKILL, by pid, what a failing kill test left running as a sandbox uid (so that one failure
+    does not leave sleepers behind for the rest of the run)."""
+    import signal
+
+    for _ in range(50):
+        left = _sandbox_pids()
+        if not left:
+            return
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.1)
+
+
+@pytest.fixture(params=["memory cgroup", "no memory cgroup"])
+def cgroup_path(request, monkeypatch):
+    """Both paths of a root scorer. Without a memory cgroup is reached the way the backend decides it:
+    ``memory_cgroup_root()`` (what check_backend reports as "memory cap") answers None, as on a root
+    container whose cgroup filesystem is read-only; no per-sandbox cgroup is then made or killed."""
+    if request.param == "no memory cgroup":
+        monkeypatch.setattr(sandbox_procs, "_cgroup_root", [None])
+        assert sandbox_procs.memory_cgroup_root() is None
+    elif sandbox_procs.memory_cgroup_root() is None:
+        pytest.skip("no memory cgroup can be made on this host (not root, or no memory controller)")
+    yield request.param
+    _kill_strays()
+
+
+@pytest.mark.parametrize("as_init", [True, False], ids=["program_is_pid_1", "bwrap_init_is_pid_1"])
+def test_timeout_kills_every_process_whatever_the_cgroup(py, cgroup_path, as_init):
+    """Issue 32: as root without a memory cgroup, setpriv's uid change clears the parent-death signal of
+    --die-with-parent, so killing bwrap's process group left a sandbox whose pid 1 is the program
+    alive (the code harness runs so), with its sleeping child and a re-forking daemon."""
+    exe, binds = py
+    prog = ("import os, time\n"
+            "if os.fork() == 0:\n"
+            "    time.sleep(60); os._exit(0)\n"
+            "if os.fork() == 0:\n"
+            "    os.setsid()\n"
+            "    while True:\n"
+            "        if os.fork() == 0:\n"
+            "            time.sleep(60); os._exit(0)\n"
+            "        time.sleep(0.2)\n"
+            "print('started', flush=True)\n"
+            "time.sleep(60)\n")
+    t0 = time.perf_counter()
+    r = run_sandboxed([exe, "-I", "-S", "main.py"], {"main.py": prog}, Limits(wall_s=2), extra_ro_binds=binds,
+                      as_init=as_init)
+    assert r.kind == "timeout" and "started" in r.stdout, r
+    assert time.perf_counter() - t0 < 6
+    assert _no_stray_processes(timeout=1.0) == []
+
+
+def test_a_sleeping_candidate_is_killed_at_its_limit_without_a_cgroup(monkeypatch):
+    """The issue's case through the scorer: a HumanEval candidate that sleeps 30 s under a 4 s limit,
+    root, no memory cgroup. It used to run on 27 s past its verdict."""
+    from quantladder.benchmarks.code.data import load_humaneval
+
+    monkeypatch.setattr(sandbox_procs, "_cgroup_root", [None])
+    item = load_humaneval(limit=1)[0]
+    code = item.prompt + "    import time\n    time.sleep(30)\n" + item.extra["canonical_solution"]
+    _, program = score.program_for(item, code)
+    try:
+        t0 = time.perf_counter()
+        r = score.run_program(program, score.ScoreSettings(limits=Limits(wall_s=4, cpu_s=4)))
+        assert r["error_type"] == "timeout" and not r["passed"], r
+        assert time.perf_counter() - t0 < 8
+        assert _no_stray_processes(timeout=1.0) == []
+    finally:
+        _kill_strays()
+
+
+def test_backend_check_refuses_a_kill_that_leaves_the_sandbox_alive(monkeypatch):
+    """A backend whose kill leaves processes behind is refused, not accepted with a note: here the kill
+    as it was before issue 32 (bwrap's process group only; pid 1 unknown), root, no memory cgroup."""
+    monkeypatch.setattr(sandbox_procs, "_cgroup_root", [None])
+    monkeypatch.setattr(sandbox_procs, "sandbox_init_pid", lambda *a, **k: None)
+    monkeypatch.setattr(sandbox, "_probe_cache", {})
+    try:
+        with pytest.raises(SandboxUnavailable, match="cannot be killed whole"):
+            sandbox.check_backend("bubblewrap")
+    finally:
+        _kill_strays()
+
+
 def test_output_is_bounded(py):
     exe, binds = py
     prog = "import sys\nsys.stdout.write('x' * (8 << 20))\nprint('\\nEND')\n"
@@ -260,7 +350,7 @@ def test_hostile_program_is_contained(name, secrets_planted):
     code = item.prompt + textwrap.indent(code, "    ") + item.extra["canonical_solution"]
     settings = score.ScoreSettings(limits=Limits(wall_s=5, cpu_s=5, address_space_bytes=256 << 20, nproc=32,
                                                  disk_bytes=32 << 20, memory_bytes=384 << 20))
-    if name == "memory_bomb_many_processes" and sandbox.memory_cgroup_root() is None:
+    if name == "memory_bomb_many_processes" and sandbox_procs.memory_cgroup_root() is None:
         # Each child stays under RLIMIT_AS; only a memory cgroup bounds them together.
         pytest.skip("no memory cgroup can be made on this host (not root, or no memory controller)")
     _, program = score.program_for(item, code)

@@ -276,6 +276,46 @@ def test_bigcodebench_forger_scores_as_failed(name, where):
     assert r["error_type"] == BCB_WANT[name], r
 
 
+# Issue 32: programs that rewrite the names the test module uses for the length of one test (and put
+# them back in a cleanup, so that the checks before each test see nothing). Each answers wrongly
+# (an empty Counter) and would pass if the test's own `Counter` built empty Counters too.
+REBINDERS = {
+    # the 9-line solution of the issue: its globals() are the module the tests run in
+    "rebind_through_its_globals": (
+        "g = globals()\nreal = g['Counter']\ng['Counter'] = lambda *a, **k: real()\n"
+        "sys._getframe(1).f_locals['self'].addCleanup(g.__setitem__, 'Counter', real)\nreturn real()\n"),
+    # the test's own frame: its globals, whatever module they are
+    "rebind_through_the_test_frame": (
+        "g = sys._getframe(1).f_globals\nreal = g['Counter']\ng['Counter'] = lambda *a, **k: real()\n"
+        "sys._getframe(1).f_locals['self'].addCleanup(g.__setitem__, 'Counter', real)\nreturn real()\n"),
+    # at load, before the test module imports it: the library's own name
+    "replace_the_library_name_at_load": (
+        "import collections\nreal = collections.Counter\n"
+        "collections.Counter = type('Counter', (real,), {'__init__': lambda self, *a, **k: real.__init__(self)})\n"),
+    # what the test's code reads its names through: a constant of its code, reached from its frame
+    "swap_the_names_the_test_code_holds": (
+        "fake = lambda *a, **k: Counter()\nfor c in sys._getframe(1).f_code.co_consts:\n    if callable(c):\n"
+        "        c.__call__ = lambda name: fake\n        c.__defaults__ = ({'Counter': fake},)\nreturn Counter()\n"),
+}
+# replacing a function's defaults ends the test process (the audit hook): caught as tampering
+REBINDERS_WANT = {"swap_the_names_the_test_code_holds": "violation"}
+
+
+@pytest.mark.parametrize("name", sorted(REBINDERS))
+def test_the_test_module_cannot_be_rewritten_by_the_solution(name):
+    item = _bcb_item()
+    body = REBINDERS[name]
+    if name.endswith("_at_load"):
+        solution = body + item.prefix + BCB_WRONG
+        prog = score.Program("unittest", solution, item.test, item.entry_point)
+    else:
+        _, prog = score.program_for(item, item.prefix + textwrap.indent(body, "    "))
+        assert body.splitlines()[1].strip() in prog.solution  # the sanitiser kept it
+    r = score.run_program(prog, SETTINGS)
+    assert not r["passed"], r
+    assert r["error_type"] == REBINDERS_WANT.get(name, "test_failure"), r
+
+
 def test_forgers_fail_through_the_real_score_stage(tmp_path):
     """The score stage every task benchmark runs through (rule score): ten forged HumanEval replies
     of the issue's kinds, pass@1 0 %; the canonical reply passes."""

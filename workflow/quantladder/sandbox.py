@@ -34,9 +34,11 @@ processes together; cgroup v1 memory controller or v2), joined before bwrap star
 per process, so without it a program forking ``nproc`` children could still take nproc x address
 space. Where no cgroup can be made, ``check_backend`` says so and the rlimits are the bound.
 
-``--die-with-parent`` and a new pid namespace mean that killing bwrap (the wall-clock timeout kills
-its whole process group) kills every process the program started: when the namespace's init dies,
-the kernel kills the rest of the namespace.
+On the wall-clock timeout the sandbox's pid 1 is killed (bwrap reports its host pid on
+``--info-fd``): when a pid namespace's init dies, the kernel kills every other process in it, so
+every process the program started dies, whatever the privilege path and whether a cgroup exists.
+``--die-with-parent`` alone is not enough as root: setpriv's uid change clears the parent-death
+signal. ``check_backend`` refuses a backend on which a killed sandbox leaves a process alive.
 
 ``apptainer`` (clusters where unprivileged namespaces go through Apptainer): ``--containall
 --cleanenv --no-home --net --network none`` with the same private /work, the same ``prlimit`` inside
@@ -66,6 +68,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Mapping, Sequence
 
+from . import sandbox_procs as procs
 from .errors import QuantladderError
 
 MiB = 1 << 20
@@ -213,9 +216,11 @@ def check_backend(backend: str = "bubblewrap") -> str:
     if name == "bubblewrap" and "userns-allowed" in res.stdout:
         raise SandboxUnavailable(f"the {name} sandbox ({exe}) lets a program create a user namespace; "
                                  "the seccomp filter did not load (bwrap --seccomp)")
-    desc = f"{name} ({exe}; {'root: setpriv to a private uid' if os.geteuid() == 0 else 'user namespace'}"
+    _check_kill(name, exe, backend)
+    desc = (f"{name} ({exe}; {'root: setpriv to a private uid' if os.geteuid() == 0 else 'user namespace'}"
+            "; timeout: every process killed")
     if name == "bubblewrap":
-        cg = memory_cgroup_root()
+        cg = procs.memory_cgroup_root()
         desc += (f"; memory cap: {'cgroup ' + cg[0] if cg else 'none, RLIMIT_AS per process only'}"
                  "; seccomp: no nested user namespaces, no ptrace)")
     else:
@@ -223,6 +228,23 @@ def check_backend(backend: str = "bubblewrap") -> str:
     with _probe_lock:
         _probe_cache[backend] = desc
     return desc
+
+
+def _check_kill(name: str, exe: str, backend: str) -> None:
+    """Refuse a backend whose kill leaves a process of the sandbox alive: a program that started a
+    daemon in a session of its own and sleeps on as the sandbox's pid 1 (the code harness's shape)
+    is killed as on a timeout, and the daemon and pid 1 must both be gone (the pipes they hold are
+    closed) within sandbox_procs.KILL_GRACE_S. Which privilege path and whether a cgroup exists do
+    not matter."""
+    probe = "setsid -f sleep 600 && echo kill-probe-ready; exec sleep 600"
+    res = _run(["/bin/sh", "-c", probe], {}, Limits(wall_s=30), backend, (), probe=True, as_init=True,
+               kill_on=b"kill-probe-ready")
+    if "kill-probe-ready" not in res.stdout:
+        raise SandboxUnavailable(f"the {name} sandbox's kill probe did not start ({exe}): rc={res.returncode} "
+                                 f"{res.stderr.strip()[:300]!r} (it needs util-linux's setsid inside)")
+    if res.kind != "timeout":
+        raise SandboxUnavailable(f"the {name} sandbox ({exe}) cannot be killed whole here: {res.detail}; a "
+                                 "program could outlive its wall-clock limit")
 
 
 @dataclass(frozen=True)
@@ -312,114 +334,6 @@ def _under_system(path: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# memory cgroups: one per sandbox, where the host lets us make them (root, cgroup v1 memory
-# controller or a cgroup v2 tree with the memory controller). Best effort: without one, the
-# per-process RLIMIT_AS and RLIMIT_NPROC are the bound, and check_backend says so.
-
-CGROUP_NAME = "quantladder-sandbox"
-_cgroup_root: list = []
-
-
-def memory_cgroup_root() -> tuple[str, str] | None:
-    """(version, parent dir) under which per-sandbox memory cgroups are made, or None."""
-    if _cgroup_root:
-        return _cgroup_root[0]
-    found = None
-    if os.geteuid() == 0:
-        v1 = "/sys/fs/cgroup/memory"
-        try:
-            if os.path.exists(f"{v1}/memory.limit_in_bytes"):
-                os.makedirs(f"{v1}/{CGROUP_NAME}", exist_ok=True)
-                found = ("v1", f"{v1}/{CGROUP_NAME}")
-        except OSError:
-            found = None
-        if found is None:
-            v2 = "/sys/fs/cgroup"
-            try:
-                with open(f"{v2}/cgroup.controllers") as f:
-                    if "memory" in f.read().split():
-                        with open(f"{v2}/cgroup.subtree_control", "w") as f:
-                            f.write("+memory")
-                        os.makedirs(f"{v2}/{CGROUP_NAME}", exist_ok=True)
-                        with open(f"{v2}/{CGROUP_NAME}/cgroup.subtree_control", "w") as f:
-                            f.write("+memory")
-                        found = ("v2", f"{v2}/{CGROUP_NAME}")
-            except OSError:
-                found = None
-    _cgroup_root.append(found)
-    return found
-
-
-def _write(path: str, value) -> bool:
-    try:
-        with open(path, "w") as f:
-            f.write(str(value))
-        return True
-    except OSError:
-        return False
-
-
-def _make_cgroup(uid: int, limits: Limits) -> tuple[str, str] | None:
-    root = memory_cgroup_root()
-    if root is None:
-        return None
-    ver, parent = root
-    d = f"{parent}/s{uid}"
-    try:
-        os.makedirs(d, exist_ok=True)
-    except OSError:
-        return None
-    if ver == "v1":
-        ok = _write(f"{d}/memory.limit_in_bytes", int(limits.memory_bytes))
-        _write(f"{d}/memory.memsw.limit_in_bytes", int(limits.memory_bytes))  # where swap is accounted
-    else:
-        ok = _write(f"{d}/memory.max", int(limits.memory_bytes))
-        _write(f"{d}/memory.swap.max", 0)
-    if not ok:
-        _remove_cgroup(d)
-        return None
-    return ver, d
-
-
-def _cgroup_oom_kills(cg: tuple[str, str]) -> int:
-    ver, d = cg
-    name = "memory.oom_control" if ver == "v1" else "memory.events"
-    try:
-        with open(f"{d}/{name}") as f:
-            for line in f:
-                k, _, v = line.partition(" ")
-                if k == "oom_kill":
-                    return int(v)
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
-def _kill_cgroup(cg: tuple[str, str]) -> None:
-    try:
-        with open(f"{cg[1]}/cgroup.procs") as f:
-            pids = [int(x) for x in f.read().split()]
-    except OSError:
-        return
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def _remove_cgroup(d: str) -> None:
-    for _ in range(100):  # the namespace's processes may take a moment to be reaped
-        try:
-            os.rmdir(d)
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            time.sleep(0.01)
-
-
-# ---------------------------------------------------------------------------------------------
 # the runner
 
 
@@ -440,17 +354,24 @@ def run_sandboxed(argv: list[str], files: Mapping[str, bytes | str], limits: Lim
 
 
 def _run(argv, files, limits: Limits, backend: str, extra_ro_binds, probe: bool = False, hidden=(),
-         as_init: bool = False) -> SandboxResult:
+         as_init: bool = False, kill_on: bytes | None = None) -> SandboxResult:
+    """``kill_on``: end the run as a timeout as soon as the program has printed this (the backend
+    check's kill probe)."""
     if not argv:
         raise ValueError("run_sandboxed: argv is empty")
     name, arg = _parse_backend(backend)
     fds: list[int] = []
     cleanup: list[str] = []
     cg = None
+    info_r = None
     try:
         if name == "bubblewrap":
-            cmd, pass_fds, uid = _bwrap_command(list(argv), files, limits, extra_ro_binds, fds, hidden, as_init)
-            cg = _make_cgroup(uid, limits) if os.geteuid() == 0 else None
+            # bwrap writes the host pid of the sandbox's pid 1 on this pipe (--info-fd): the kill's target.
+            info_r, info_w = os.pipe()
+            fds.append(info_w)
+            cmd, pass_fds, uid = _bwrap_command(list(argv), files, limits, extra_ro_binds, fds, hidden, as_init,
+                                                info_fd=info_w)
+            cg = procs.make_cgroup(uid, limits.memory_bytes) if os.geteuid() == 0 else None
             if cg is not None:
                 # Join the cgroup before bwrap starts: every process of the sandbox is born in it.
                 cmd = ["/bin/sh", "-c", 'echo $$ > "$0" || exit 125; exec "$@"', f"{cg[1]}/cgroup.procs", *cmd]
@@ -468,35 +389,42 @@ def _run(argv, files, limits: Limits, backend: str, extra_ro_binds, probe: bool 
             for fd in fds:  # the child holds its own copies until bwrap has copied the files in
                 os.close(fd)
             fds.clear()
-        out, err, timed_out, truncated = _collect(proc, t0 + limits.wall_s, limits.output_bytes)
+        out, err, timed_out, truncated, outlived = _collect(
+            proc, t0 + limits.wall_s, limits.output_bytes, lambda: procs.kill_sandbox(proc, info_r), kill_on)
         wall = time.perf_counter() - t0
         oom_kills = 0
         if cg is not None:
-            oom_kills = _cgroup_oom_kills(cg)
-            _kill_cgroup(cg)  # nothing should be left; if anything is, it goes now
+            oom_kills = procs.cgroup_oom_kills(cg)
+            procs.kill_cgroup(cg)  # nothing should be left; if anything is, it goes now
     finally:
-        for fd in fds:
+        for fd in fds + ([info_r] if info_r is not None else []):
             os.close(fd)
         for d in cleanup:
             shutil.rmtree(d, ignore_errors=True)
         if cg is not None:
-            _remove_cgroup(cg[1])
+            procs.remove_cgroup(cg[1])
     rc = proc.returncode
     stdout = out.decode("utf-8", errors="replace")
     stderr = err.decode("utf-8", errors="replace")
     kind, sig, detail = classify(rc, stderr, timed_out, backend=name)
     if oom_kills and kind not in ("ok", "timeout"):
         kind, detail = "memory", f"memory cgroup limit ({oom_kills} process(es) killed)"
+    if outlived:  # the backend check refuses a backend where this happens; never a verdict of the program's
+        kind, detail = "sandbox_error", f"a sandbox process held its output {procs.KILL_GRACE_S:g} s after the kill"
     return SandboxResult(returncode=rc, stdout=stdout, stderr=stderr, timed_out=timed_out, wall_s=wall,
                          kind=kind, signal=sig, truncated=truncated, backend=backend, detail=detail,
                          oom_kills=oom_kills)
 
 
-def _collect(proc: subprocess.Popen, deadline: float, limit: int) -> tuple[bytes, bytes, bool, bool]:
-    """Read both pipes until the program ends or the deadline passes (then kill its process group).
+def _collect(proc: subprocess.Popen, deadline: float, limit: int, kill, kill_on: bytes | None = None
+             ) -> tuple[bytes, bytes, bool, bool, bool]:
+    """Read both pipes until the program ends or the deadline passes (then ``kill()`` the sandbox and
+    read on until every process holding the pipes is gone, at most sandbox_procs.KILL_GRACE_S).
 
     Each stream keeps its first ``limit`` bytes minus a tail window, plus its last bytes, so that a
-    verdict line printed at the end survives a program that floods its output.
+    verdict line printed at the end survives a program that floods its output. Returns (stdout,
+    stderr, timed out, truncated, outlived): outlived when a pipe was still open KILL_GRACE_S after the
+    kill, i.e. a process of the sandbox survived it.
     """
     tail_keep = min(16384, max(1024, limit // 4))
     head_keep = max(0, limit - tail_keep)
@@ -506,14 +434,17 @@ def _collect(proc: subprocess.Popen, deadline: float, limit: int) -> tuple[bytes
         os.set_blocking(f.fileno(), False)
         sel.register(f, selectors.EVENT_READ)
     timed_out = False
+    killed_at = None
     open_streams = 2
     while open_streams:
-        remaining = deadline - time.perf_counter()
-        if remaining <= 0:
+        now = time.perf_counter()
+        if killed_at is None and now >= deadline:
             timed_out = True
-            _kill_group(proc)
+            kill()
+            killed_at = now
+        if killed_at is not None and now - killed_at > procs.KILL_GRACE_S:
             break
-        events = sel.select(timeout=min(remaining, 0.5))
+        events = sel.select(timeout=0.1 if killed_at is not None else min(deadline - now, 0.5))
         for key, _ in events:
             try:
                 chunk = os.read(key.fileobj.fileno(), 65536)
@@ -523,6 +454,8 @@ def _collect(proc: subprocess.Popen, deadline: float, limit: int) -> tuple[bytes
                 sel.unregister(key.fileobj)
                 open_streams -= 1
                 continue
+            if kill_on is not None and key.fileobj is proc.stdout and kill_on in chunk:
+                deadline = time.perf_counter()
             head, tail, total = bufs[key.fileobj]
             bufs[key.fileobj][2] = total + len(chunk)
             room = head_keep - len(head)
@@ -533,12 +466,13 @@ def _collect(proc: subprocess.Popen, deadline: float, limit: int) -> tuple[bytes
                 tail += chunk
                 if len(tail) > tail_keep:
                     del tail[: len(tail) - tail_keep]
-    # Both pipes closed (or the deadline passed): every process of the namespace is gone or going.
+    outlived = bool(open_streams)
+    # Both pipes closed (or the sandbox was killed): every process of the namespace is gone or going.
     try:
         proc.wait(timeout=max(0.0, deadline - time.perf_counter()) + 5)
     except subprocess.TimeoutExpired:
         timed_out = True
-        _kill_group(proc)
+        kill()
         proc.wait()
     sel.close()
     for f in bufs:
@@ -552,15 +486,7 @@ def _collect(proc: subprocess.Popen, deadline: float, limit: int) -> tuple[bytes
             out.append(bytes(head) + b"\n[... output truncated by the sandbox ...]\n" + bytes(tail))
         else:
             out.append(bytes(head) + bytes(tail))
-    return out[0], out[1], timed_out, truncated
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL bwrap's process group; --die-with-parent then takes the sandbox's pid namespace down."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    return out[0], out[1], timed_out, truncated, outlived
 
 
 _MEMORY_PAT = re.compile(r"MemoryError|Cannot allocate memory|std::bad_alloc|out of memory", re.I)
@@ -704,12 +630,16 @@ def bwrap_version() -> tuple[int, ...]:
 
 
 def _bwrap_command(argv, files, limits: Limits, extra_ro_binds, fds: list[int], hidden=(),
-                   as_init: bool = False) -> tuple[list[str], list[int], int]:
+                   as_init: bool = False, info_fd: int | None = None) -> tuple[list[str], list[int], int]:
     root = os.geteuid() == 0
     cmd = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net",
            "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
     if as_init:
         cmd.append("--as-pid-1")
+    pass_fds: list[int] = []
+    if info_fd is not None:
+        cmd += ["--info-fd", str(info_fd)]
+        pass_fds.append(info_fd)
     uid = gid = 65534
     if root:
         uid = gid = _next_uid()
@@ -719,7 +649,6 @@ def _bwrap_command(argv, files, limits: Limits, extra_ro_binds, fds: list[int], 
         cmd += ["--unshare-user", "--uid", str(uid), "--gid", str(gid)]
         if bwrap_version() >= (0, 8):
             cmd += ["--disable-userns", "--assert-userns-disabled"]
-    pass_fds: list[int] = []
     fd = _memfd(seccomp_filter())
     fds.append(fd)
     pass_fds.append(fd)

@@ -92,9 +92,37 @@ class SandboxExecutor:
         if res.kind != "ok":
             return {"error": f"sandbox {res.kind}: {res.stderr.strip()[-400:]}"}
         try:
-            return json.loads(res.stdout)
-        except json.JSONDecodeError:
+            out = json.loads(res.stdout)
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
             return {"error": f"sandbox output is not JSON: {res.stdout[:200]!r}"}
+        problem = replay_shape_error(out, item, turns)
+        return {"error": f"malformed sandbox result: {problem}"} if problem else out
+
+
+def replay_shape_error(out, item: dict, turns: list[list[list[str]]]) -> str | None:
+    """What is wrong with a replay's output, or None when it has the shape the host relies on.
+
+    The call strings run Python inside the sandbox (BFCL builds them from the reply), and that code
+    shares the runner's stdout: it can print any JSON and exit. So the host trusts nothing of it
+    beyond this: one result string per call sent, per step and turn, and per turn a dict from involved
+    classes to dicts of their public fields.
+    """
+    if type(out) is not dict or type(out.get("turns")) is not list or type(out.get("states")) is not list:
+        return "not an object with lists 'turns' and 'states'"
+    if len(out["turns"]) != len(turns) or len(out["states"]) != len(turns):
+        return f"{len(out['turns'])} turns and {len(out['states'])} states for {len(turns)} turns sent"
+    for t, (got, sent) in enumerate(zip(out["turns"], turns)):
+        if type(got) is not list or len(got) != len(sent):
+            return f"turn {t}: not one result list per step sent"
+        for s, (results, calls) in enumerate(zip(got, sent)):
+            if type(results) is not list or len(results) != len(calls) \
+                    or any(type(r) is not str for r in results):
+                return f"turn {t} step {s}: not one result string per call sent"
+    for t, states in enumerate(out["states"]):
+        if type(states) is not dict or not set(states) <= set(item["involved_classes"]) \
+                or any(type(v) is not dict for v in states.values()):
+            return f"turn {t}: not a state object per involved class"
+    return None
 
 
 def decode_step(text: str) -> list[str] | None:

@@ -30,6 +30,8 @@ Modes
               introspection an attacker needs (gc walks, tracing, other hooks, ctypes memory reads,
               /proc/*/mem). This process passes the item only on a complete transcript: every test
               it found in the task's test code itself, run in order to its end, then a clean exit.
+              The names the test module binds are read, inside its functions, through a constant
+              of their code (_NAMES_SLOT), so the solution cannot rebind them while a test runs.
               The residual risk (what the assertions compute is decided in the solution's process,
               as under BigCodeBench's own harness) is in docs/sandbox.md.
 """
@@ -628,7 +630,8 @@ def _make_hook(key, fd, names, main_frame, mac):
             return
         if event == "object.__setattr__":
             if _len(args) > 1 and _type(args[1]) is _str and args[1] in ("__code__", "__defaults__",
-                                                                         "__kwdefaults__"):
+                                                                         "__kwdefaults__") \
+                    and not (args[1] == "__code__" and _getframe(1) is main_frame):  # _NAMES_SLOT's binding
                 trip("a function's " + args[1] + " replaced")
             return
         if event not in ours:
@@ -727,6 +730,146 @@ def _top_level_names(tree):
     return names
 
 
+# The names a test binds at its top level are bound again, after the test module has run, inside its
+# functions' own code: every load of such a name in a function body calls a reader (see _reader) that
+# the compiled code holds as a constant. Code objects cannot be changed, and replacing a function's
+# code or defaults ends the test process (the audit hook), so a program cannot rewrite what the
+# test's `Counter` or `EXPECTED` is while a test runs, neither through its globals (the module it
+# shares with the tests, as in BigCodeBench) nor through a frame's f_globals.
+_NAMES_SLOT = "\0quantladder-test-names\0"  # the constant a routed load calls, until it is replaced
+
+
+def _reader(mapping, _proxy=types.MappingProxyType):
+    """A function returning ``mapping[name]`` from a read-only view held in its own defaults (a
+    function, not the view itself, so that the code objects holding it stay hashable)."""
+    def read(name, _m=_proxy(mapping)):
+        return _m[name]
+
+    return read
+
+
+def _bindable_names(tree):
+    """The names the test module binds exactly once, by a statement of its top level (an import, a
+    def or class, a plain assignment), and nowhere else: a load of one of them, anywhere in the test,
+    can only mean that binding (a test that rebinds a global of its own keeps it dynamic)."""
+    import ast
+
+    top, anywhere = [], []
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and not (
+                isinstance(node, ast.ImportFrom) and node.module == "__future__"):
+            top += [(a.asname or a.name).split(".")[0] for a in node.names if a.name != "*"]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            top.append(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if all(isinstance(t, ast.Name) for t in targets):
+                top += [t.id for t in targets]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            anywhere.append(node.id)
+        elif isinstance(node, ast.arg):
+            anywhere.append(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            anywhere.append(node.name)
+        elif isinstance(node, ast.alias):
+            anywhere.append((node.asname or node.name).split(".")[0])
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            anywhere += node.names + node.names  # never bindable
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            anywhere.append(node.name)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            anywhere.append(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            anywhere.append(node.rest)
+    counts = {}
+    for name in anywhere:
+        counts[name] = counts.get(name, 0) + 1
+    return frozenset(n for n in top if counts.get(n) == 1 and top.count(n) == 1)
+
+
+def _route_names(tree, names):
+    """Rewrite every load of ``names`` inside a function body of the test (not its module or class
+    bodies, which run once, before any test) to call the reader in _NAMES_SLOT."""
+    import ast
+
+    class Route(ast.NodeTransformer):
+        depth = 0
+
+        def visit_FunctionDef(self, node):
+            node.decorator_list = [self.visit(d) for d in node.decorator_list]
+            node.args = self.visit(node.args)
+            if node.returns is not None:
+                node.returns = self.visit(node.returns)
+            self.depth += 1
+            node.body = [self.visit(s) for s in node.body]
+            self.depth -= 1
+            return node
+
+        visit_AsyncFunctionDef = visit_FunctionDef
+
+        def visit_Lambda(self, node):
+            node.args = self.visit(node.args)
+            self.depth += 1
+            node.body = self.visit(node.body)
+            self.depth -= 1
+            return node
+
+        def visit_Name(self, node):
+            if self.depth and node.id in names and isinstance(node.ctx, ast.Load):
+                # called directly: an attribute (.__call__) would be looked up in the reader's
+                # writable __dict__ first
+                return ast.copy_location(ast.Call(ast.Constant(_NAMES_SLOT), [ast.Constant(node.id)], []), node)
+            return node
+
+    return ast.fix_missing_locations(Route().visit(tree))
+
+
+def _with_slot(code, old, new, memo, _code=types.CodeType, _type=type, _str=str, _tuple=tuple, _id=id):
+    """``code`` with the constant ``old`` (by identity, or as the slot's text) replaced by ``new`` in it
+    and in every code object nested in it; ``memo`` maps id(original) to (original, copy). Runs after
+    the program's code may have: everything it uses is bound in its defaults."""
+    def swap(co):
+        consts = []
+        for c in co.co_consts:
+            if _type(c) is _code:
+                c = swap(c)
+            elif c is old or (_type(c) is _str and _type(old) is _str and c == old):
+                c = new
+            consts.append(c)
+        out = co.replace(co_consts=_tuple(consts))
+        memo[_id(co)] = (co, out)
+        return out
+
+    return swap(code)
+
+
+def _test_functions(ns, memo, _fn=types.FunctionType, _sm=staticmethod, _cm=classmethod, _prop=property,
+                    _type=type, _vars=vars, _id=id, _list=list, _set=set):
+    """The functions of the test's own code reachable from its module namespace (through classes,
+    static and class methods, properties and decorators' __wrapped__), as (function, its code in
+    ``memo``). Only exact built-in types are looked into, so no code of the program runs here."""
+    out, seen, todo = [], _set(), _list(ns.values())
+    while todo:
+        v = todo.pop()
+        if _id(v) in seen:
+            continue
+        seen.add(_id(v))
+        t = _type(v)
+        if t is _fn:
+            entry = memo.get(_id(v.__code__))
+            if entry is not None and entry[0] is v.__code__:
+                out.append((v, entry[1]))
+            todo.append(v.__dict__.get("__wrapped__"))
+        elif t is _sm or t is _cm:
+            todo.append(v.__func__)
+        elif t is _prop:
+            todo += [v.fget, v.fset, v.fdel]
+        elif t is _type:
+            todo += _vars(v).values()
+    return out
+
+
 def _test_role(go_r, up_w):
     """The test process: arm the witness, exec solution and tests as BigCodeBench does, run every
     test the verdict's side named, in order, and report each through the witness."""
@@ -756,6 +899,8 @@ def _test_role(go_r, up_w):
     # Everything used once the program's code has run is bound here, in this frame's locals.
     changed_, fingerprint_, same_, snapshot_, kind_, describe_ = _changed, _fingerprint, _same, _snapshot, kind_of, \
         _describe
+    with_slot_, test_functions_, reader_, mappingproxy, frozenset_, id_ = _with_slot, _test_functions, _reader, \
+        types.MappingProxyType, frozenset, id
     type_, getattr_, callable_, range_, len_, any_, BaseException_ = type, getattr, callable, range, len, any, \
         BaseException
     empty = _EMPTY
@@ -767,8 +912,22 @@ def _test_role(go_r, up_w):
     except (SyntaxError, ValueError) as e:  # ValueError: source with NUL bytes
         load_error = ("syntax", _describe(e))
     test_tree = ast.parse(go["test"])
-    test_code = compile(test_tree, "__tests__.py", "exec")
     test_globals = tuple(sorted(_top_level_names(test_tree)))
+    bindable = _bindable_names(test_tree)
+    # The test's imports of those names also run once before the program's code does, so that what
+    # they bind is the library's own object, whatever the program does to the library when it loads.
+    hoisted = [compile(ast.Module([node], []), "__tests__.py", "exec") for node in test_tree.body
+               if isinstance(node, (ast.Import, ast.ImportFrom))
+               and any((a.asname or a.name).split(".")[0] in bindable for a in node.names)]
+    mod = types.ModuleType("__test__")
+    ns = mod.__dict__
+    live = _reader(ns)  # what routed loads read until the tests run: the module, as globals would
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)  # "'str' object is not callable": the slot, replaced below
+        test_code = _with_slot(compile(_route_names(test_tree, bindable), "__tests__.py", "exec"), _NAMES_SLOT,
+                               live, {})
     # The task's own code objects, per name: the methods of the classes its test code defines.
     genuine, todo = {}, [test_code]
     while todo:
@@ -789,11 +948,16 @@ def _test_role(go_r, up_w):
         audit("quantladder.load", False, *load_error)
         exit_(0)
     os.chdir(go["cwd"])
-    mod = types.ModuleType("__test__")
-    mod.__dict__.update({"__builtins__": builtins, "__file__": "__test__.py", "__package__": None,
-                         "__doc__": None, "sys": sys, "os": os, "environ": os.environ})
+    imported = {"__builtins__": builtins, "__name__": "__test__"}
+    for code in hoisted:
+        try:
+            exec(code, imported)
+        except BaseException_:  # noqa: BLE001 -- it fails again in its place, after the program, and says so
+            pass
+    imported = mappingproxy(imported)  # read-only before the program's code runs (it can walk to this frame)
+    ns.update({"__builtins__": builtins, "__file__": "__test__.py", "__package__": None,
+               "__doc__": None, "sys": sys, "os": os, "environ": os.environ})
     modules["__test__"] = mod
-    ns = mod.__dict__
     try:
         exec(solution_code, ns)
     except BaseException_ as e:  # noqa: BLE001 -- the program's failure
@@ -817,6 +981,14 @@ def _test_role(go_r, up_w):
     elif type_(cls) is not type_ or real_testcase not in cls.__mro__:
         problem = "TestCases is not the task's unittest.TestCase class"
     else:
+        # The test's names, bound into its functions' code (see _NAMES_SLOT); nothing of the
+        # program runs from here to the last assignment (threads are refused above).
+        box = reader_({k: imported[k] if k in imported else ns[k] for k in bindable if k in imported or k in ns})
+        memo = {}
+        with_slot_(test_code, live, box, memo)
+        for f, code in test_functions_(ns, memo):
+            f.__code__ = code  # the audit hook allows this from this frame only
+        genuine = mappingproxy({k: frozenset_(memo[id_(c)][1] for c in v) for k, v in genuine.items()})
         mro = cls.__mro__[:cls.__mro__.index(real_testcase)]
         plain = (type_(None), bool, int, float, str)
         for klass in mro:

@@ -151,9 +151,12 @@ def run_program(program: Program, settings: ScoreSettings, *legacy) -> dict:
            "sandbox_kind": res.kind}
     found = [m for m in _RESULT.finditer(res.stdout) if m.group(1) == nonce]
     if len(found) == 1 and not res.timed_out:
-        r = json.loads(found[0].group(2))
-        out.update(passed=bool(r.get("passed")), error_type=None if r.get("passed") else (r.get("kind") or "runtime_error"),
-                   detail=r.get("detail", ""))
+        r = harness_verdict(found[0].group(2))
+        if isinstance(r, str):
+            out.update(error_type="sandbox_error", detail=r)
+            return out
+        out.update(passed=r["passed"], error_type=None if r["passed"] else (r["kind"] or "runtime_error"),
+                   detail=r["detail"])
         if not out["passed"] and res.oom_kills:  # a process died for memory: that is why it failed
             out.update(error_type="memory", detail=f"{res.oom_kills} process(es) killed at the memory limit; "
                                                    + out["detail"])
@@ -169,6 +172,21 @@ def run_program(program: Program, settings: ScoreSettings, *legacy) -> dict:
         kind = "sandbox_error"
     out.update(error_type=kind, detail=(res.detail or res.stderr.strip()[-300:] or "the harness wrote no verdict"))
     return out
+
+
+def harness_verdict(text: str) -> dict | str:
+    """The harness's result object, checked for the shape the host relies on; a str says what is
+    wrong with it (the item then fails as ``sandbox_error``, never a crash of the rule)."""
+    try:
+        r = json.loads(text)
+    except (ValueError, RecursionError):
+        return f"the harness's verdict is not JSON: {text[:200]!r}"
+    if type(r) is not dict or type(r.get("passed")) is not bool or type(r.get("detail", "")) is not str:
+        return f"the harness's verdict is malformed: {text[:200]!r}"
+    kind = r.get("kind")
+    if (kind is not None and kind not in ERROR_TYPES) or (r["passed"] and kind is not None):
+        return f"the harness's verdict has an unknown failure kind: {str(kind)[:100]!r}"
+    return {"passed": r["passed"], "kind": kind, "detail": r.get("detail", "")[:2000]}
 
 
 def score_generations(items: Iterable, generations: list[dict], settings: ScoreSettings, threads: int = 1,
