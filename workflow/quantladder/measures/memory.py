@@ -77,7 +77,8 @@ def measure(model_path: str, info, *, n_ctx: int, kv: str = "f16", n_threads: in
     an NVML reader other than device 0's)."""
     import numpy as np
 
-    from ..engine import RawContext, parse_kv
+    from ..engine import RawContext
+    from ..kv_policy import parse_kv
     from . import vram
 
     type_k, type_v = parse_kv(kv)
