@@ -50,7 +50,7 @@ from typing import Any, Callable, Generator, Sequence
 
 from .errors import ConfigError
 from .gguf_meta import padded_ctx
-from .kv_policy import batch_sizes, check_sequences, flash_attn_for, parse_kv
+from .kv_policy import MAX_UBATCH, batch_sizes, check_sequences, flash_attn_for, parse_kv
 from .llama_handle import LlamaHandle, library_info  # noqa: F401  (library_info: points and the tests read it here)
 
 
@@ -583,7 +583,7 @@ class RawContext(LlamaHandle):
                            n_batch=n_batch, flash_attn=flash_attn)
         r = s.resolved()
         r.pop("n_parallel")  # one context per measure: its record stays what it was
-        self.resolved = {**r, "n_ubatch": n_ubatch or min(n_batch, 512), "n_seq_max": n_seq_max}
+        self.resolved = {**r, "n_ubatch": n_ubatch or min(n_batch, MAX_UBATCH), "n_seq_max": n_seq_max}
         super().__init__(model_path, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=self.resolved["n_ubatch"],
                          n_seq_max=n_seq_max, type_k=r["type_k"], type_v=r["type_v"], flash_attn=r["flash_attn"],
                          n_threads=r["n_threads"], n_gpu_layers=n_gpu_layers, verbose=verbose)
