@@ -159,7 +159,7 @@ def ours(model, *, pp, tg, pl, threads, fa, n_batch, gpu_layers, seed) -> dict:
 
 
 def run_tg(a) -> None:
-    from quantladder.engine import padded_ctx
+    from quantladder.gguf_meta import padded_ctx
 
     exe = batched_bench_exe(a.tools_dir)
     files = {Path(m).stem: Path(m) for m in a.models} if a.models else {
@@ -217,6 +217,7 @@ def run_plan(a) -> None:
     from quantladder import generation
     from quantladder.benchmarks import create
     from quantladder.engine import Engine, EngineSettings
+    from quantladder.generation_policy import GenerationPolicy
     from quantladder.gguf_meta import read_info
 
     cfg = qconfig.load(a.config)
@@ -240,9 +241,9 @@ def run_plan(a) -> None:
                 continue
             if a.limit:
                 items = items[:a.limit]
-            policy = generation.policy_of(cfg, name)
-            n_auto = generation.resolve_n_parallel(policy, info, max(bench.n_ctx(it) for it in items), "f16")
-            cache = bool(policy["prefix_cache"])
+            policy = GenerationPolicy.of(cfg, name)
+            n_auto = policy.n_parallel_for(info, max(bench.n_ctx(it) for it in items), "f16")
+            cache = policy.prefix_cache
             if a.vs == "batching":  # (n_parallel, prefix_cache) of side A, side B
                 sides = [(1, cache), (n_auto, cache)]
             else:
@@ -256,7 +257,7 @@ def run_plan(a) -> None:
                 store.mkdir()
                 loop = generation.Loop(
                     bench, items, key=f"plan-{n_par}", store_dir=store, n_parallel=n_par,
-                    wave_factor=int(policy.get("wave_factor", generation.DEFAULT_WAVE_FACTOR)),
+                    wave_factor=policy.wave_factor,
                     engine_for=lambda n_ctx, n_par=n_par, pc=pc: Engine(str(model), EngineSettings(
                         n_ctx=n_ctx, n_parallel=n_par, n_threads=a.threads, prefix_cache=pc)),
                     label=f"{name} n_parallel={n_par} prefix_cache={pc}", env=env)

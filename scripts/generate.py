@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
 from quantladder import budget, generation, points  # noqa: E402
 from quantladder.benchmarks import Item  # noqa: E402
 from quantladder.engine import Engine  # noqa: E402
+from quantladder.generation_policy import GenerationPolicy  # noqa: E402
 from quantladder.gguf_meta import GGUFInfo  # noqa: E402
 from quantladder.io import read_json, read_jsonl  # noqa: E402
 from quantladder.scriptutil import main  # noqa: E402
@@ -29,10 +30,9 @@ def run(smk):
         return
     items = [Item.from_json(r) for r in read_jsonl(smk.input.item_file)]
     source = read_json(smk.input.source)
-    policy = generation.policy_of(pt.config, bench.name)
+    policy = GenerationPolicy.of(pt.config, bench.name)
     info = GGUFInfo(**pt.model_record["info"]) if pt.model_record.get("info") else None
-    n_parallel = generation.resolve_n_parallel(policy, info, max((bench.n_ctx(it) for it in items), default=0),
-                                               pt.kv)
+    n_parallel = policy.n_parallel_for(info, max((bench.n_ctx(it) for it in items), default=0), pt.kv)
     env = bench.open_env(source, "generate")
     items = bench.order(items)
     stopper = None
@@ -44,14 +44,14 @@ def run(smk):
     loop = generation.Loop(
         bench, items, key=smk.params.key, store_dir=Path(smk.output.generations).parent,
         engine_for=lambda n_ctx: Engine(pt.model_path, pt.engine_settings(
-            n_ctx=n_ctx, n_parallel=n_parallel, prefix_cache=bool(policy["prefix_cache"]))),
-        n_parallel=n_parallel, wave_factor=int(policy.get("wave_factor", generation.DEFAULT_WAVE_FACTOR)),
+            n_ctx=n_ctx, n_parallel=n_parallel, prefix_cache=policy.prefix_cache)),
+        n_parallel=n_parallel, wave_factor=policy.wave_factor,
         budget=budget.from_snakemake(smk), time_budget_s=bench.settings.get("time_budget_s"),
         label=f"{bench.name} {pt.family}/{pt.rung}/{pt.kv}" + (" (noise floor)" if pt.series == "noise" else ""),
         env=env, stopper=stopper)
     result = loop.run()
     generation.write_outputs(result, smk.output.generations, smk.output.meta, extra={
-        "blocked": False, "items_sha256": items_meta["sha256"], "policy": policy, "series": pt.series})
+        "blocked": False, "items_sha256": items_meta["sha256"], "policy": policy.record, "series": pt.series})
 
 
 main(run, snakemake)

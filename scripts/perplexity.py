@@ -6,7 +6,6 @@ Rule perplexity_point: the point's passes joined into its perplexity/metrics.jso
 its corpus as subset)."""
 
 import json
-import resource
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from quantladder.engine import RawContext  # noqa: E402
 from quantladder.dataset import metric_row  # noqa: E402
 from quantladder.io import hash_obj, read_json, sha256_file, write_json  # noqa: E402
 from quantladder.measures import perplexity as ppl  # noqa: E402
+from quantladder.measures.memory import peak_rss_bytes  # noqa: E402
 from quantladder.scriptutil import log, main  # noqa: E402
 
 
@@ -62,7 +62,7 @@ def run_pass(smk):
             "n_ctx": proto.n_ctx, "context": ctx_label, "n_batch": proto.n_batch, "calibration_overlap": ov_records}
     if reference is not None:
         data["reference_logits"] = read_json(Path(smk.input.reference).with_suffix(".json"))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = peak_rss_bytes()
     log.info("%s: PPL %.4f, %d tokens scored in %.1f s, peak RSS %.0f MiB", ppl.pass_name(corpus, ctx_label),
              s["ppl"], s["n_tokens"], res["seconds"], peak / 2**20)
     pt.write_metrics(smk.output.metrics, rows, data=data, engine=engine,

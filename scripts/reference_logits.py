@@ -1,7 +1,6 @@
 """Rule reference_logits: the reference rung's log-probabilities over the perplexity protocol's
 scored positions, stored once per (card, family, corpus, context) and reused by every rung."""
 
-import resource
 import sys
 from pathlib import Path
 
@@ -11,6 +10,7 @@ from quantladder import budget, card, corpora  # noqa: E402
 from quantladder.engine import RawContext  # noqa: E402
 from quantladder.io import read_json, sha256_file, write_json  # noqa: E402
 from quantladder.measures import perplexity as ppl  # noqa: E402
+from quantladder.measures.memory import peak_rss_bytes  # noqa: E402
 from quantladder.scriptutil import log, main  # noqa: E402
 
 
@@ -33,7 +33,7 @@ def run(smk):
                       checkpoint=ppl.checkpoint_path(smk.output.logits), resume_key=smk.params.spec,
                       parse_special=parse_special)
     s = ppl.summarize(res)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = peak_rss_bytes()
     log.info("reference %s: PPL %.4f, %d chunks of %d in %.1f s, peak RSS %.0f MiB", smk.output.logits, s["ppl"],
              s["n_chunks"], proto.n_ctx, res["seconds"], peak / 2**20)
     write_json(smk.output.info, {**header, "ppl": s["ppl"], "ppl_err": s["ppl_err"], "n_tokens": s["n_tokens"],

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from quantladder.engine import (Engine, EngineSettings, Generation, RawContext, Request, default_n_parallel,
-                                kv_cache_bytes, padded_ctx)
-from quantladder.errors import ConfigError
+from quantladder.engine import Engine, EngineSettings, Generation, RawContext, Request, padded_ctx
+from quantladder.errors import ConfigError, ModelFileError, QuantladderError
+from quantladder.kv_policy import default_n_parallel, kv_cache_bytes
 from quantladder.gguf_meta import read_info
 
 QUESTIONS = [
@@ -390,6 +390,27 @@ def test_bad_requests_and_settings_are_named(smollm_q4km):
         assert eng.generate("Hello", 3).n_gen_tokens <= 3  # the engine still works
     with pytest.raises(ConfigError, match="n_parallel"):
         EngineSettings(n_parallel=0).resolved()
+
+
+@pytest.mark.parametrize("kind", ["not_gguf", "cut"])
+def test_a_model_llama_cpp_cannot_load_is_one_line_naming_the_file_and_the_reason(smollm_q8, tmp_path, kind):
+    """A rule script reports a QuantladderError as one line (scriptutil.main), not a traceback: the
+    file, and the reason llama.cpp gave (it only logs it), for both of the engine's entry points."""
+    if kind == "not_gguf":
+        bad = tmp_path / "model.gguf"
+        bad.write_bytes(b"<html>404 Not Found</html>\n" * 100)  # what a failed download leaves
+        reason = r"invalid magic characters: .*expected 'GGUF'"
+    else:
+        bad = tmp_path / "cut.gguf"
+        bad.write_bytes(Path(smollm_q8).read_bytes()[:3_000_000])  # a copy cut short
+        reason = r"data is not within the file bounds, model is corrupted or incomplete"
+    for open_model in (lambda: Engine(str(bad), _settings()),
+                       lambda: RawContext(str(bad), n_ctx=256, n_batch=256, n_threads=1)):
+        with pytest.raises(ModelFileError, match=rf"^{re.escape(str(bad))}: llama.cpp could not load the model: .*{reason}") as e:
+            open_model()
+        assert isinstance(e.value, QuantladderError) and "\n" not in str(e.value)
+    with Engine(str(smollm_q8), _settings()) as eng:  # llama.cpp's log is handed back: a good file still loads
+        assert eng.generate("Hello", 2).n_gen_tokens <= 2
 
 
 # -- tokens and the chat template, as llama-cpp-python renders them --------------------------

@@ -22,6 +22,7 @@ import pytest
 from quantladder import benchmarks, generation
 from quantladder.budget import Budget, BudgetReached
 from quantladder.engine import Engine, EngineSettings
+from quantladder.generation_policy import GenerationPolicy
 from quantladder.io import JsonlFile
 
 REPO = Path(__file__).resolve().parents[1]
@@ -171,13 +172,29 @@ def test_n_parallel_auto_depends_on_the_architecture_context_and_budget_only(smo
     from quantladder.gguf_meta import read_info
 
     a, b = read_info(smollm_q8), read_info(smollm_q4km)
-    policy = {"n_parallel": "auto", "kv_budget_mb": 2048}
-    na = generation.resolve_n_parallel(policy, a, 4096)
-    assert na == generation.resolve_n_parallel(policy, b, 4096)  # every rung of the family alike
-    assert generation.resolve_n_parallel(policy, a, 32768) < na  # long contexts get fewer sequences
+    policy = GenerationPolicy({"n_parallel": "auto", "kv_budget_mb": 2048})
+    na = policy.n_parallel_for(a, 4096)
+    assert na == policy.n_parallel_for(b, 4096)  # every rung of the family alike
+    assert policy.n_parallel_for(a, 32768) < na  # long contexts get fewer sequences
     per_seq = a.kv_bytes(4096, "f16", "f16")
     assert na * per_seq <= 2048 << 20
-    assert generation.resolve_n_parallel({"n_parallel": 3}, a, 4096) == 3
+    assert GenerationPolicy({"n_parallel": 3}).n_parallel_for(a, 4096) == 3
+
+
+def test_the_generation_policy_is_the_config_section_with_the_benchmarks_own_n_parallel_and_defaults():
+    """One policy object: what the manifest keys on (the section as given), what the job records and
+    runs with (the defaults filled in), and the noise series' batch setting."""
+    cfg = {"generation": {"n_parallel": 1, "wave_factor": None, "noise_floor": {"enabled": True}},
+           "benchmarks": {"humaneval": {"n_parallel": 4}, "bfcl": {}}}
+    own = GenerationPolicy.of(cfg, "humaneval")
+    assert own.section == {"n_parallel": 4, "wave_factor": None, "noise_floor": {"enabled": True}}
+    assert own.record == {"n_parallel": 4, "kv_budget_mb": 2048, "wave_factor": 4, "prefix_cache": True}
+    assert (own.wave_factor, own.prefix_cache, own.n_parallel_for(None, 4096)) == (4, True, 4)
+    assert GenerationPolicy.of(cfg, "bfcl").n_parallel_for(None, 4096) == 1
+    assert GenerationPolicy.of({}, "bfcl").n_parallel_for(None, 4096) == 1  # auto, nothing to size it with
+    assert GenerationPolicy.of(cfg).noise_n_parallel == 2  # the points decode one at a time: the noise two
+    assert GenerationPolicy.of({"generation": {"n_parallel": "auto"}}).noise_n_parallel == 1
+    assert GenerationPolicy.of({"generation": {"noise_floor": {"n_parallel": 8}}}).noise_n_parallel == 8
 
 
 def test_the_loop_stops_at_a_wave_boundary_when_the_stopper_decides(tmp_path, smollm_q8):

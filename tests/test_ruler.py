@@ -311,7 +311,8 @@ def test_memory_request_grows_with_the_kv_cache(tmp_path, smollm_q8, repo_root):
     the longest length is capped by the model's trained context (SmolLM2: 8192)."""
     from types import SimpleNamespace
 
-    from quantladder import generation, resources
+    from quantladder import resources
+    from quantladder.generation_policy import GenerationPolicy
     from quantladder.gguf_meta import read_info
 
     info = read_info(smollm_q8)
@@ -327,4 +328,4 @@ def test_memory_request_grows_with_the_kv_cache(tmp_path, smollm_q8, repo_root):
     kv_mb = 16 * info.kv_bytes(8192, "f16", "f16") / 2**20
     assert f16 >= info.file_bytes * 1.15 / 2**20 + kv_mb and q8 < f16
     assert mem(w, inp, 2) >= 2 * f16 - 256  # a retry asks for more
-    assert generation.resolve_n_parallel({"n_parallel": 16}, info, 8192) == 16
+    assert GenerationPolicy({"n_parallel": 16}).n_parallel_for(info, 8192) == 16

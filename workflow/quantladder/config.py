@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 
 from .errors import ConfigError
+from .generation_policy import GenerationPolicy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO_ROOT / "config" / "config.schema.yaml"
@@ -96,7 +97,7 @@ def validate_benchmarks(cfg: dict, source: str = "config") -> None:
 
 def check_semantics(cfg: dict, source: str = "config") -> None:
     """What a schema cannot say: cross-references between keys."""
-    from .engine import parse_kv
+    from .kv_policy import parse_kv
     from .ladder import plan, rung_name
     from .models import source_kind
 
@@ -131,14 +132,6 @@ def noise_floor_enabled(cfg: dict) -> bool:
     return bool(((cfg.get("generation") or {}).get("noise_floor") or {}).get("enabled", True))
 
 
-def noise_n_parallel(cfg: dict) -> int:
-    g = cfg.get("generation") or {}
-    own = (g.get("noise_floor") or {}).get("n_parallel")
-    if own:
-        return int(own)
-    return 2 if g.get("n_parallel", "auto") == 1 else 1
-
-
 _NOISE_CACHE: dict[int, tuple[dict, dict]] = {}
 
 
@@ -150,7 +143,7 @@ def noise_config(cfg: dict) -> dict:
     import copy
 
     out = copy.deepcopy(cfg)
-    out.setdefault("generation", {})["n_parallel"] = noise_n_parallel(cfg)
+    out.setdefault("generation", {})["n_parallel"] = GenerationPolicy.of(cfg).noise_n_parallel
     for sec in (out.get("benchmarks") or {}).values():
         if isinstance(sec, dict):
             sec.pop("n_parallel", None)

@@ -42,7 +42,6 @@ difference is a measured noise floor, never hidden; the same wave reproduces byt
 from __future__ import annotations
 
 import collections
-import contextlib
 import ctypes
 import os
 import time
@@ -50,46 +49,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Generator, Sequence
 
 from .errors import ConfigError
-from .gguf_meta import CTX_PAD, KV_GGML_TYPES, padded_ctx  # noqa: F401  (the one KV table)
-
-# Sequences one context may hold (llama.cpp's LLAMA_MAX_SEQ).
-MAX_PARALLEL = 256
-# The n_parallel the automatic choice may pick, most first.
-PARALLEL_CHOICES = (16, 8, 4, 2, 1)
-
-
-def parse_kv(kv: str) -> tuple[str, str]:
-    """'f16' -> (f16, f16); 'q8_0-q4_0' -> (q8_0, q4_0)."""
-    parts = kv.split("-")
-    if len(parts) == 1:
-        parts = parts * 2
-    if len(parts) != 2 or any(p not in KV_GGML_TYPES for p in parts):
-        raise ConfigError(f"KV-cache type {kv!r}: use one of {sorted(KV_GGML_TYPES)} or 'K-V' (e.g. q8_0-q4_0)")
-    return parts[0], parts[1]
-
-
-def kv_cache_bytes(info, n_ctx: int, n_parallel: int = 1, kv: str = "f16") -> int:
-    """The KV-cache bytes the engine's context allocates: ``n_parallel`` streams of
-    ``padded_ctx(n_ctx)`` cells, each cell ``layers × kv_heads × (k_dim·bytes_k + v_dim·bytes_v)``
-    (``info`` is a :class:`quantladder.gguf_meta.GGUFInfo`; the memory measure's formula).
-
-    Exact for models whose layers all hold K and V of the same shape (llama.cpp's ``llama_kv_cache``
-    with ``swa_full``, which the engine sets, so sliding-window layers hold full streams too);
-    tests/test_engine.py checks it against the size llama.cpp reports when it allocates.
-    """
-    type_k, type_v = parse_kv(kv)
-    return int(n_parallel) * info.kv_bytes(padded_ctx(n_ctx), type_k, type_v)
-
-
-def default_n_parallel(info, n_ctx: int, budget_bytes: int, kv: str = "f16",
-                       choices: Sequence[int] = PARALLEL_CHOICES) -> int:
-    """The most sequences of ``choices`` whose KV cache (:func:`kv_cache_bytes`) fits ``budget_bytes``;
-    1 when none does. It reads only the architecture (layers, KV heads, head sizes), the context and
-    the budget, never the rung's weights, so every rung of a family gets the same value."""
-    for n in sorted(choices, reverse=True):
-        if n >= 1 and kv_cache_bytes(info, n_ctx, n, kv) <= budget_bytes:
-            return int(n)
-    return 1
+from .gguf_meta import padded_ctx
+from .kv_policy import MAX_UBATCH, batch_sizes, check_sequences, flash_attn_for, parse_kv
+from .llama_handle import LlamaHandle, library_info  # noqa: F401  (library_info: points and the tests read it here)
 
 
 @dataclass
@@ -108,13 +70,8 @@ class EngineSettings:
 
     def resolved(self) -> dict:
         k, v = parse_kv(self.kv)
-        fa = self.flash_attn if self.flash_attn is not None else (v not in ("f16", "f32", "bf16"))
-        if v not in ("f16", "f32", "bf16") and not fa:
-            raise ConfigError(f"KV type {self.kv!r}: a quantized V cache requires flash attention")
-        if not 1 <= int(self.n_parallel) <= MAX_PARALLEL:
-            raise ConfigError(f"n_parallel {self.n_parallel!r}: use 1 to {MAX_PARALLEL} sequences")
-        if int(self.n_ctx) < 1:
-            raise ConfigError(f"n_ctx {self.n_ctx!r}: a sequence needs a context of at least one token")
+        fa = flash_attn_for(self.kv, self.flash_attn)
+        check_sequences(self.n_parallel, self.n_ctx)
         threads = self.n_threads or len(os.sched_getaffinity(0))
         return {**asdict(self), "type_k": k, "type_v": v, "flash_attn": fa, "n_threads": threads}
 
@@ -153,22 +110,6 @@ class Generation:
 Driver = Generator[Request, Generation, Any]
 
 
-@contextlib.contextmanager
-def _quiet_stderr(enabled: bool):
-    """llama.cpp prints its load log on fd 2; keep it out of rule logs unless asked."""
-    if not enabled:
-        yield
-        return
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
 _PROMPT, _GEN = 0, 1
 
 
@@ -192,60 +133,23 @@ class _Seq:
         self.kept = 0  # leading prompt tokens whose cells the previous request left (Request.continues)
 
 
-class Engine:
+class Engine(LlamaHandle):
     """A model and one context of ``n_parallel`` sequences, each with ``n_ctx`` cells of its own."""
 
     def __init__(self, model_path: str, settings: EngineSettings | None = None, *, verbose: bool = False):
-        import llama_cpp
         import numpy as np
 
-        self.lc = llama_cpp
-        self.model_path = str(model_path)
         self.settings = settings or EngineSettings()
         r = self.settings.resolved()
         n_par = int(r["n_parallel"])
-        n_batch = max(min(int(r["n_batch"]), padded_ctx(r["n_ctx"])), n_par)
-        n_ubatch = min(n_batch, 512)
-        self.model = self.ctx = None
-        # llama-cpp-python's log callback prints every level (debug lines of graph reserves and
-        # stream copies included) until its logger is set, as Llama() does on construction
-        from llama_cpp import _logger
-
-        _logger.set_verbose(verbose)
-        check_library()
-        with _quiet_stderr(not verbose):
-            llama_cpp.llama_backend_init()
-            mp = llama_cpp.llama_model_default_params()
-            mp.n_gpu_layers = r["n_gpu_layers"]
-            self.model = llama_cpp.llama_model_load_from_file(self.model_path.encode(), mp)
-            if not self.model:
-                raise RuntimeError(f"{self.model_path}: llama.cpp could not load the model")
-            cp = llama_cpp.llama_context_default_params()
-            cp.n_ctx = n_par * padded_ctx(r["n_ctx"])
-            cp.n_batch = n_batch
-            cp.n_ubatch = n_ubatch
-            cp.n_seq_max = n_par
-            cp.kv_unified = False  # one stream per sequence (see the module's docstring)
-            cp.swa_full = True  # sliding-window layers keep full streams: the KV size stays exact
-            cp.n_threads = r["n_threads"]
-            cp.n_threads_batch = r["n_threads"]
-            cp.type_k = KV_GGML_TYPES[r["type_k"]]
-            cp.type_v = KV_GGML_TYPES[r["type_v"]]
-            cp.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if r["flash_attn"]
-                                  else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
-            cp.no_perf = True
-            self.ctx = llama_cpp.llama_init_from_model(self.model, cp)
-            if not self.ctx:
-                llama_cpp.llama_model_free(self.model)
-                self.model = None
-                raise RuntimeError(f"{self.model_path}: llama.cpp could not create a context "
-                                   f"({n_par} sequences × n_ctx {r['n_ctx']})")
-        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
-        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
-        self._mem = llama_cpp.llama_get_memory(self.ctx)
+        n_batch, n_ubatch = batch_sizes(r["n_batch"], r["n_ctx"], n_par)
+        super().__init__(model_path, n_ctx=n_par * padded_ctx(r["n_ctx"]), n_batch=n_batch, n_ubatch=n_ubatch,
+                         n_seq_max=n_par, type_k=r["type_k"], type_v=r["type_v"], flash_attn=r["flash_attn"],
+                         n_threads=r["n_threads"], n_gpu_layers=r["n_gpu_layers"],
+                         context=f"{n_par} sequences × n_ctx {r['n_ctx']}", verbose=verbose)
+        self._mem = self.lc.llama_get_memory(self.ctx)
         self.n_parallel = n_par
-        self.n_batch = n_batch
-        n_ctx_seq = int(llama_cpp.llama_n_ctx_seq(self.ctx))
+        n_ctx_seq = int(self.lc.llama_n_ctx_seq(self.ctx))
         if n_ctx_seq < r["n_ctx"]:  # llama.cpp gave less than asked: refuse rather than overflow
             raise RuntimeError(f"{self.model_path}: llama.cpp gave {n_ctx_seq} cells per sequence, "
                                f"fewer than n_ctx {r['n_ctx']}")
@@ -259,20 +163,6 @@ class Engine:
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
         self._piece_buf = ctypes.create_string_buffer(256)
-        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
-        b = self._batch
-        # numpy views of the batch's arrays, made once (as RawContext does: per-call views cost
-        # ~10 % of a single-token decode of a small model)
-        self._tok = np.ctypeslib.as_array(b.token, shape=(n_batch,))
-        self._pos = np.ctypeslib.as_array(b.pos, shape=(n_batch,))
-        self._nseq = np.ctypeslib.as_array(b.n_seq_id, shape=(n_batch,))
-        self._out = np.ctypeslib.as_array(b.logits, shape=(n_batch,))
-        self._nseq[:] = 1
-        self._seq_ids = np.zeros(n_batch, dtype=np.int32)  # what each token's seq_id[0] holds now
-        for i in range(n_batch):
-            b.seq_id[i][0] = 0
-        self._logits_addr = None
-        self._logits_view = None
         # what the last run() did (for a job's record): decodes of prompt chunks, generation steps
         # and their sequences, stream moves of the compaction, requests served, prompt tokens
         # kept (Request.continues) or taken from the prefix cache, the cache's stream copies
@@ -289,10 +179,10 @@ class Engine:
         return int(self.lc.llama_model_n_ctx_train(self.model))
 
     def token_bos(self) -> int:
-        return int(self.lc.llama_vocab_bos(self.vocab))
+        return self.bos
 
     def token_eos(self) -> int:
-        return int(self.lc.llama_vocab_eos(self.vocab))
+        return self.eos
 
     def metadata(self, key: str) -> str | None:
         """One GGUF metadata value as text (None when the file lacks the key)."""
@@ -308,17 +198,7 @@ class Engine:
 
     # -- tokens -----------------------------------------------------------------------------
     def tokenize(self, text: str, add_bos: bool = True, special: bool = True) -> list[int]:
-        data = text.encode("utf-8")
-        n_max = len(data) + 16
-        buf = (self.lc.llama_token * n_max)()
-        n = self.lc.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_bos, special)
-        if n < 0:
-            n_max = -n
-            buf = (self.lc.llama_token * n_max)()
-            n = self.lc.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_bos, special)
-            if n < 0:
-                raise RuntimeError(f"llama_tokenize failed ({n}) on a text of {len(data)} bytes")
-        return list(buf[:n])
+        return self._tokens(text, add_bos, special).tolist()
 
     def _piece(self, token: int, special: bool = False) -> bytes:
         """A token's bytes (llama_token_to_piece; pieces may split a UTF-8 character)."""
@@ -576,32 +456,6 @@ class Engine:
         return 1
 
     # -- decoding ---------------------------------------------------------------------------
-    def _set_seq(self, n: int, ids) -> None:
-        import numpy as np
-
-        b = self._batch
-        for i in np.flatnonzero(self._seq_ids[:n] != ids).tolist():  # only the ids that change
-            b.seq_id[i][0] = int(ids[i])
-        self._seq_ids[:n] = ids
-
-    def _decode(self, n: int) -> None:
-        self._batch.n_tokens = n
-        rc = self.lc.llama_decode(self.ctx, self._batch)
-        if rc != 0:
-            raise RuntimeError(f"llama_decode failed with {rc} ({self.model_path})")
-
-    def _logits(self, n_rows: int):
-        """The output rows of the last decode (a view, remade only when llama.cpp moves its buffer,
-        which always holds at least n_seq_max rows)."""
-        import numpy as np
-
-        ptr = self.lc.llama_get_logits(self.ctx)
-        addr = ctypes.cast(ptr, ctypes.c_void_p).value
-        if addr != self._logits_addr:
-            self._logits_view = np.ctypeslib.as_array(ptr, shape=(self.n_parallel, self.n_vocab))
-            self._logits_addr = addr
-        return self._logits_view[:n_rows]
-
     def _decode_span(self, seq: int, prompt, lo: int, hi: int, last_row: bool, step) -> int:
         """Decode ``prompt[lo:hi]`` into sequence ``seq`` alone, in n_batch chunks; with ``last_row``
         the last token's logits are kept (row 0). Returns the last chunk's size."""
@@ -714,69 +568,8 @@ class Engine:
             slots[dst], slots[src] = slots[src], None
             self.last_run["moves"] += 1
 
-    def close(self) -> None:
-        if getattr(self, "_batch", None) is not None:
-            self.lc.llama_batch_free(self._batch)
-            self._batch = None
-        if getattr(self, "ctx", None):
-            self.lc.llama_free(self.ctx)
-            self.ctx = None
-        if getattr(self, "model", None):
-            self.lc.llama_model_free(self.model)
-            self.model = None
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        with contextlib.suppress(Exception):
-            self.close()
-
-
-def check_library() -> None:
-    """Refuse a libllama that would crash rather than measure (llama_tools.library_refusal: a build
-    with llama.cpp's AMX kernels), before any model is loaded."""
-    import llama_cpp
-
-    from .llama_tools import library_refusal
-
-    why = library_refusal(llama_cpp.llama_print_system_info().decode())
-    if why:
-        raise ConfigError(f"{library_info().get('libllama_path') or 'libllama'}: {why}")
-
-
-def library_info() -> dict:
-    """llama-cpp-python's version and the sha256 of the libllama it loaded (part of every manifest)."""
-    import llama_cpp
-
-    from .io import sha256_file
-
-    lib_path = None
-    for name in ("_lib", "_lib_base"):
-        lib = getattr(llama_cpp.llama_cpp, name, None)
-        if lib is not None and getattr(lib, "_name", None):
-            lib_path = lib._name
-            break
-    if lib_path is None:
-        base = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
-        for cand in ("libllama.so", "libllama.dylib", "llama.dll"):
-            if os.path.exists(os.path.join(base, cand)):
-                lib_path = os.path.join(base, cand)
-                break
-    info = {"llama_cpp_python": llama_cpp.__version__, "libllama_path": lib_path,
-            "libllama_sha256": sha256_file(lib_path) if lib_path and os.path.exists(lib_path) else None}
-    try:
-        info["system_info"] = llama_cpp.llama_print_system_info().decode()
-        info["gpu_offload_supported"] = bool(llama_cpp.llama_supports_gpu_offload())
-    except Exception:
-        pass
-    return info
-
-
-class RawContext:
+class RawContext(LlamaHandle):
     """llama.cpp's C API directly, for the measures that need llama-perplexity / llama-bench parity:
     several sequences per decode call, chosen output rows, timed decodes.
 
@@ -786,80 +579,19 @@ class RawContext:
     def __init__(self, model_path: str, *, n_ctx: int, n_batch: int, n_ubatch: int | None = None,
                  n_seq_max: int = 1, kv: str = "f16", n_threads: int = 0, n_gpu_layers: int = 0,
                  flash_attn: bool | None = None, verbose: bool = False):
-        import llama_cpp
-
-        self.lc = llama_cpp
         s = EngineSettings(n_ctx=n_ctx, kv=kv, n_gpu_layers=n_gpu_layers, n_threads=n_threads,
                            n_batch=n_batch, flash_attn=flash_attn)
         r = s.resolved()
         r.pop("n_parallel")  # one context per measure: its record stays what it was
-        self.resolved = {**r, "n_ubatch": n_ubatch or min(n_batch, 512), "n_seq_max": n_seq_max}
-        check_library()
-        with _quiet_stderr(not verbose):
-            llama_cpp.llama_backend_init()
-            mp = llama_cpp.llama_model_default_params()
-            mp.n_gpu_layers = n_gpu_layers
-            self.model = llama_cpp.llama_model_load_from_file(str(model_path).encode(), mp)
-            if not self.model:
-                raise RuntimeError(f"{model_path}: llama.cpp could not load the model")
-            cp = llama_cpp.llama_context_default_params()
-            cp.n_ctx = n_ctx
-            cp.n_batch = n_batch
-            cp.n_ubatch = self.resolved["n_ubatch"]
-            cp.n_seq_max = n_seq_max
-            cp.swa_full = True  # full sliding-window streams (llama-perplexity needs --swa-full to match)
-            cp.n_threads = r["n_threads"]
-            cp.n_threads_batch = r["n_threads"]
-            cp.type_k = KV_GGML_TYPES[r["type_k"]]
-            cp.type_v = KV_GGML_TYPES[r["type_v"]]
-            cp.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if r["flash_attn"]
-                                  else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
-            cp.no_perf = True
-            self.ctx = llama_cpp.llama_init_from_model(self.model, cp)
-            if not self.ctx:
-                llama_cpp.llama_model_free(self.model)
-                raise RuntimeError(f"{model_path}: llama.cpp could not create a context (n_ctx={n_ctx})")
-        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
-        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
-        self.n_batch = n_batch
+        self.resolved = {**r, "n_ubatch": n_ubatch or min(n_batch, MAX_UBATCH), "n_seq_max": n_seq_max}
+        super().__init__(model_path, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=self.resolved["n_ubatch"],
+                         n_seq_max=n_seq_max, type_k=r["type_k"], type_v=r["type_v"], flash_attn=r["flash_attn"],
+                         n_threads=r["n_threads"], n_gpu_layers=n_gpu_layers, verbose=verbose)
         self.n_threads = r["n_threads"]
-        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
-        import numpy as np
-
-        # numpy views of the batch's arrays, made once: per-call views cost ~10 % of a
-        # single-token decode of a small model (measured against llama-bench's tg128)
-        b = self._batch
-        self._tok = np.ctypeslib.as_array(b.token, shape=(n_batch,))
-        self._pos = np.ctypeslib.as_array(b.pos, shape=(n_batch,))
-        self._nseq = np.ctypeslib.as_array(b.n_seq_id, shape=(n_batch,))
-        self._out = np.ctypeslib.as_array(b.logits, shape=(n_batch,))
-        self._nseq[:] = 1
-        self._seq = np.zeros(n_batch, dtype=np.int32)  # what each token's seq_id[0] holds now
-        for i in range(n_batch):
-            b.seq_id[i][0] = 0
-
-    # -- vocabulary -----------------------------------------------------------------------
-    @property
-    def bos(self) -> int:
-        return self.lc.llama_vocab_bos(self.vocab)
-
-    @property
-    def add_bos(self) -> bool:
-        return bool(self.lc.llama_vocab_get_add_bos(self.vocab))
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False):
-        import numpy as np
+        return self._tokens(text, add_special, parse_special)
 
-        data = text.encode("utf-8")
-        n_max = len(data) + 16
-        buf = (self.lc.llama_token * n_max)()
-        n = self.lc.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_special, parse_special)
-        if n < 0:
-            buf = (self.lc.llama_token * -n)()
-            n = self.lc.llama_tokenize(self.vocab, data, len(data), buf, -n, add_special, parse_special)
-        return np.ctypeslib.as_array(buf)[:n].astype(np.int32).copy()
-
-    # -- decoding -------------------------------------------------------------------------
     def clear(self) -> None:
         self.lc.llama_memory_clear(self.lc.llama_get_memory(self.ctx), True)
 
@@ -870,43 +602,13 @@ class RawContext:
         n = len(tokens)
         if n > self.n_batch:
             raise ValueError(f"batch of {n} tokens exceeds n_batch {self.n_batch}")
-        b = self._batch
         self._tok[:n] = tokens
         self._pos[:n] = pos
         self._out[:n] = logits_mask
-        seq_ids = np.asarray(seq_ids, dtype=np.int32)
-        for i in np.flatnonzero(self._seq[:n] != seq_ids).tolist():  # only the ids that change
-            b.seq_id[i][0] = int(seq_ids[i])
-        self._seq[:n] = seq_ids
-        b.n_tokens = n
-        rc = self.lc.llama_decode(self.ctx, b)
-        if rc != 0:
-            raise RuntimeError(f"llama_decode failed with {rc}")
+        self._set_seq(n, np.asarray(seq_ids, dtype=np.int32))
+        self._decode(n)
         return int(np.count_nonzero(logits_mask))
 
     def logits(self, n_rows: int):
         """The output rows of the last decode, as a (n_rows, n_vocab) float32 view (no copy)."""
-        import numpy as np
-
-        ptr = self.lc.llama_get_logits(self.ctx)
-        return np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab))
-
-    def synchronize(self) -> None:
-        self.lc.llama_synchronize(self.ctx)
-
-    def close(self) -> None:
-        if getattr(self, "_batch", None) is not None:
-            self.lc.llama_batch_free(self._batch)
-            self._batch = None
-        if getattr(self, "ctx", None):
-            self.lc.llama_free(self.ctx)
-            self.ctx = None
-        if getattr(self, "model", None):
-            self.lc.llama_model_free(self.model)
-            self.model = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+        return self._logits(n_rows)

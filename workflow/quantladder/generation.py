@@ -40,45 +40,16 @@ from typing import Callable
 from . import loops
 from .benchmarks.base import Benchmark, Item
 from .budget import Budget, BudgetReached
+from .generation_policy import DEFAULT_WAVE_FACTOR
 from .io import JsonlFile, hash_obj, write_json
 from .measures.memory import peak_rss_bytes
 
 log = logging.getLogger("quantladder.generation")
 
 PROGRESS_EVERY_S = 30.0
-DEFAULT_WAVE_FACTOR = 4
 STORE_NAME = ".generations.store.jsonl"
 # What a record keeps of a Generation (timings are kept too, but never compared).
 RECORD_FIELDS = ("text", "n_prompt_tokens", "n_gen_tokens", "finish_reason")
-
-
-DEFAULT_KV_BUDGET_MB = 2048
-
-
-def policy_of(cfg: dict, benchmark: str) -> dict:
-    """The batching policy of a benchmark's points: the `generation:` section with its defaults,
-    a benchmark's own `n_parallel` overriding it."""
-    from .manifest import generation_policy
-
-    g = {"n_parallel": "auto", "kv_budget_mb": DEFAULT_KV_BUDGET_MB, "wave_factor": DEFAULT_WAVE_FACTOR,
-         "prefix_cache": True}
-    g.update({k: v for k, v in generation_policy(cfg, benchmark).items() if v is not None and k != "noise_floor"})
-    return g
-
-
-def resolve_n_parallel(policy: dict, info, n_ctx: int, kv: str = "f16") -> int:
-    """The sequences decoded together. ``auto``: :func:`quantladder.engine.default_n_parallel`, the
-    most of 16, 8, 4, 2, 1 whose KV cache (as the engine allocates it: padded per-sequence context,
-    predicted from the GGUF's metadata) fits ``kv_budget_mb``. It depends only on the architecture,
-    the context and the budget, so every rung of a family gets the same value."""
-    n = policy.get("n_parallel", "auto")
-    if n != "auto":
-        return max(1, int(n))
-    if info is None or not n_ctx:
-        return 1
-    from .engine import default_n_parallel
-
-    return default_n_parallel(info, int(n_ctx), int(policy.get("kv_budget_mb", DEFAULT_KV_BUDGET_MB)) << 20, kv)
 
 
 def item_sha(item: Item) -> str:
@@ -282,29 +253,11 @@ class Loop:
             group["prompt_tokens"] += int(rec.get("n_prompt_tokens") or 0)
             group["gen_tokens"] += int(rec.get("n_gen_tokens") or 0)
 
-        run = getattr(engine, "run", None)
-        if run is None:
-            _run_one_by_one(engine, drivers, on_finish, progress.step)
-        else:
-            run(drivers, on_finish, progress.step)
-            # prompt tokens not decoded: kept by a continued request, or taken from the prefix cache
-            stats = getattr(engine, "last_run", None) or {}
-            for k in ("kept_tokens", "cached_tokens"):
-                group[k] += int(stats.get(k, 0))
+        engine.run(drivers, on_finish, progress.step)
+        # prompt tokens not decoded: kept by a continued request, or taken from the prefix cache
+        for k in ("kept_tokens", "cached_tokens"):
+            group[k] += int(engine.last_run.get(k, 0))
         return mismatches
-
-
-def _run_one_by_one(engine, drivers, on_finish, on_step) -> None:
-    """Drive each driver alone with ``engine.generate`` (engines without continuous batching)."""
-    for i, d in enumerate(drivers):
-        try:
-            req = next(d)
-            while True:
-                gen = engine.generate(list(req.prompt), max_tokens=req.max_tokens, stop=req.stop)
-                on_step(gen.n_prompt_tokens, gen.n_gen_tokens)
-                req = d.send(gen)
-        except StopIteration as stop:
-            on_finish(i, stop.value)
 
 
 def write_outputs(result: Result, generations_path: str | os.PathLike, meta_path: str | os.PathLike,

@@ -27,8 +27,9 @@ from typing import Any
 
 from . import HARNESS_VERSION
 from . import config as qconfig
-from .engine import parse_kv
+from .generation_policy import GenerationPolicy
 from .io import hash_obj
+from .kv_policy import parse_kv
 
 GREEDY = {"temperature": 0.0, "top_k": 1, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0, "seed": 0}
 MEASURES = ("perplexity", "speed", "memory", "energy")
@@ -83,17 +84,6 @@ def task(cfg: dict, benchmark: str):
     return _bench(benchmark, json.dumps(cfg.get("benchmarks", {}).get(benchmark, {}), sort_keys=True, default=str))
 
 
-def generation_policy(cfg: dict, benchmark: str | None = None) -> dict:
-    """The batching settings a point generates with: the global `generation:` section, a
-    benchmark's own `n_parallel` overriding it."""
-    g = dict(cfg.get("generation") or {})
-    if benchmark and benchmark not in MEASURES:
-        own = cfg.get("benchmarks", {}).get(benchmark, {}).get("n_parallel")
-        if own is not None:
-            g["n_parallel"] = own
-    return g
-
-
 def _point(cfg: dict, card: str, family: str, rung: str, kv: str) -> dict:
     fam = cfg["families"][family]
     kind = qconfig.rung_kind(cfg, family, rung)
@@ -126,7 +116,7 @@ def spec(cfg: dict, card: str, family: str, rung: str, kv: str, benchmark: str, 
         b = task(cfg, benchmark)
         s["settings"] = b.group("generation")
         s["benchmark_version"] = b.version
-        s["generation"] = generation_policy(cfg, benchmark)
+        s["generation"] = GenerationPolicy.of(cfg, benchmark).section
     if extra:
         s["extra"] = extra
     return s

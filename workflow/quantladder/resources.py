@@ -23,6 +23,11 @@ import math
 import os
 from typing import Any
 
+from . import config as qconfig
+from . import manifest
+from .generation_policy import GenerationPolicy
+from .gguf_meta import GGUFInfo, kv_bytes_per_token
+
 MB = 1 << 20
 GB = 1 << 30
 
@@ -98,8 +103,6 @@ def model_bytes(input: Any) -> int:
 
 def kv_cache_bytes(info: dict, n_ctx: int, kv: str = "f16") -> int:
     """Predicted KV-cache bytes at ``n_ctx`` (0 when the model's shape is unknown)."""
-    from .gguf_meta import kv_bytes_per_token
-
     k, _, v = kv.partition("-")
     per_token = kv_bytes_per_token(info.get("n_layer", 0), info.get("n_head_kv", 0), info.get("head_dim_k", 0),
                                    info.get("head_dim_v", 0), k, v or k)
@@ -163,14 +166,10 @@ def runtime_min(kind: str, config: dict | None = None, *, rule: str | None = Non
 
 def generate_mem_mb(config: dict):
     """``mem_mb`` of a generate job: the model, the KV cache of all its sequences at the longest
-    context its items need (``n_parallel`` resolved exactly as the job will), the logits rows of a
-    batch, and headroom. A retry asks for more."""
+    context its items need (``n_parallel`` from the job's own GenerationPolicy), the logits rows of
+    a batch, and headroom. A retry asks for more."""
 
     def _generate_mem_mb(wildcards, input, attempt):
-        from . import config as qconfig
-        from . import generation, manifest
-        from .gguf_meta import GGUFInfo
-
         cfg = qconfig.noise_config(config) if getattr(wildcards, "series", "points") == "noise" else config
         bench = manifest.task(cfg, wildcards.task)
         info = _info(input)
@@ -179,7 +178,7 @@ def generate_mem_mb(config: dict):
             n_ctx = min(n_ctx, int(info["n_ctx_train"]))
         kv = getattr(wildcards, "kv", None) or "f16"
         try:
-            n_par = generation.resolve_n_parallel(generation.policy_of(cfg, bench.name), GGUFInfo(**info), n_ctx, kv)
+            n_par = GenerationPolicy.of(cfg, bench.name).n_parallel_for(GGUFInfo(**info), n_ctx, kv)
         except TypeError:  # no sidecar yet (a dry run): one sequence
             n_par = 1
         need = model_bytes(input) * MEM_KINDS["inference"][0] + n_par * kv_cache_bytes(info, n_ctx, kv)

@@ -16,8 +16,6 @@ import re
 import resource
 import sys
 
-from ..dataset import metric_row
-
 _BUF = re.compile(r"(\w+)\s+compute buffer size\s*=\s*([\d.]+)\s*MiB")
 _KV = re.compile(r"llama_kv_cache(?:_unified)?:\s+(\w+) KV buffer size\s*=\s*([\d.]+)\s*MiB")
 _MODEL = re.compile(r"(\w+)(?:_Mapped)? model buffer size\s*=\s*([\d.]+)\s*MiB")
@@ -77,7 +75,8 @@ def measure(model_path: str, info, *, n_ctx: int, kv: str = "f16", n_threads: in
     an NVML reader other than device 0's)."""
     import numpy as np
 
-    from ..engine import RawContext, parse_kv
+    from ..engine import RawContext
+    from ..kv_policy import parse_kv
     from . import vram
 
     type_k, type_v = parse_kv(kv)
