@@ -334,10 +334,10 @@ def get_anchor_spec(wildcards):
 
 
 def runtime_for(rule_name, default):
-    """Runtime (minutes) of a rule whose work does not scale with a model file; the config's
-    `resources.runtime_min.<rule>` overrides it. Model-sized rules use quantladder.resources.
-    """
-    return config["resources"].get("runtime_min", {}).get(rule_name, default)
+    """Runtime (minutes) of a rule whose work does not scale with a model file: from its jobs'
+    benchmark files once some ran, else `resources.runtime_min.<rule>`, else ``default``.
+    Model-sized rules use quantladder.resources.runtime_min."""
+    return qres.runtime_fixed(rule_name, default, config)
 
 
 # -- task benchmarks' input functions (rules/tasks.smk) --------------------------------------

@@ -1,28 +1,22 @@
 """Where a run stands: which planned point-measures are finished, which jobs are left, and what
 they should cost, from the time the same rules took on this machine.
 
-Every rule that costs time writes Snakemake's ``benchmark:`` file (a TSV whose ``s`` column is the
-job's wall-clock seconds) under ``logs/benchmarks/<rule>/``. A job left is priced at the median of
-the finished jobs of its rule and kind (the benchmark of a generate or score job, the family of a
-perplexity pass), else of its rule, else at the rule's guess below ("estimate", not "measured").
+A job left is priced at the median of the finished jobs of its rule and kind (quantladder.timings:
+the rules' benchmark files), else of its rule, else at the rule's guess below ("estimate", not
+"measured").
 Read by ``snakemake -n`` (rules/common.smk prints the table), the partial report and
 ``quantladder report``.
 """
 
 from __future__ import annotations
 
-import csv
-import statistics
-from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
 
 from . import anchors
 from . import config as qconfig
-from . import targets
+from . import targets, timings
 from .measures import perplexity as qppl
-
-BENCHMARKS = "logs/benchmarks"
 
 # Guesses (seconds) for a rule no job of which has finished here yet: SmolLM2-135M on 2 CPU cores
 # (the default run, 2026-12-03). A measured figure replaces each as soon as one job of the rule ends.
@@ -34,48 +28,10 @@ GUESS_S = {
 GPU_RULES = {"generate", "speed", "energy", "perplexity", "reference_logits", "imatrix"}
 
 
-def _read_seconds(tsv: Path) -> float | None:
-    try:
-        with tsv.open() as f:
-            rows = list(csv.DictReader(f, delimiter="\t"))
-        return float(rows[-1]["s"]) if rows else None
-    except (OSError, KeyError, ValueError):
-        return None  # a benchmark file being written, or another format: no figure from it
-
-
-def measured_seconds(root: str | Path = ".") -> dict[tuple[str, str], list[float]]:
-    """Seconds of every finished job, by (rule, kind) and by (rule, "") for the whole rule. The kind
-    is the benchmark of a generate/score job and the family of the other point jobs."""
-    out: dict[tuple[str, str], list[float]] = defaultdict(list)
-    base = Path(root) / BENCHMARKS
-    if not base.is_dir():
-        return out
-    for tsv in sorted(base.rglob("*.tsv")):
-        rel = tsv.relative_to(base).with_suffix("").parts
-        s = _read_seconds(tsv)
-        if s is None:
-            continue
-        rule = rel[0]
-        out[(rule, "")].append(s)
-        out[(rule, _kind(rule, rel[1:]))].append(s)
-    return out
-
-
-def _kind(rule: str, parts: tuple[str, ...]) -> str:
-    """The kind of a job from its benchmark file's path (the wildcards of its rule, in order)."""
-    if rule in ("generate", "score") and parts:
-        return parts[-1]  # .../{task}
-    if rule in ("perplexity", "reference_logits", "speed", "memory", "energy", "tool_anchor_gate") and len(parts) > 1:
-        return parts[1]  # {card}/{family}/... ({card}/{benchmark}/{family} for a tool gate)
-    return ""
-
-
 def price(rule: str, kind: str, seen: dict) -> tuple[float, str]:
     """Seconds one job of (rule, kind) should take, and whether that is measured or a guess."""
-    for key in ((rule, kind), (rule, "")):
-        if seen.get(key):
-            return statistics.median(seen[key]), "measured"
-    return float(GUESS_S.get(rule, 60)), "estimate"
+    s = timings.median_s(seen, rule, kind)
+    return (s, "measured") if s is not None else (float(GUESS_S.get(rule, 60)), "estimate")
 
 
 def _rung_file(cfg: dict, family: str, rung: str) -> str:
@@ -131,7 +87,7 @@ def pending(cfg: dict, card: str, root: str | Path = ".") -> dict:
     root = Path(root)
     planned = targets.planned(cfg, card)
     missing = [t for t in planned if not (root / t.path).exists()]
-    seen = measured_seconds(root)
+    seen = timings.seconds(root)
     per_rule: dict[str, dict] = {}
     for rule, kind in jobs_left(cfg, card, root):
         s, basis = price(rule, kind, seen)

@@ -24,7 +24,7 @@ import os
 from typing import Any
 
 from . import config as qconfig
-from . import manifest
+from . import manifest, timings
 from .generation_policy import GenerationPolicy
 from .gguf_meta import GGUFInfo, kv_bytes_per_token
 
@@ -147,7 +147,8 @@ def mem_mb(kind: str = "inference", *, n_ctx: int | None = None, overhead_mb: in
 
 
 def runtime_min(kind: str, config: dict | None = None, *, rule: str | None = None, scale: float = 1.0):
-    """A ``runtime`` resource callable (minutes): base + per GB of model, per kind.
+    """A ``runtime`` resource callable (minutes): three times what the rule's jobs of the same kind
+    took here (their benchmark files, quantladder.timings), else base + per GB of model, per kind.
 
     ``config["resources"]["runtime_min"][rule or kind]`` is a floor a site can raise without
     editing rules (a slow partition, a big corpus).
@@ -157,10 +158,31 @@ def runtime_min(kind: str, config: dict | None = None, *, rule: str | None = Non
     floors = ((config or {}).get("resources") or {}).get("runtime_min") or {}
     floor = floors.get(rule or kind, floors.get(kind))
 
+    name = rule or kind
+
     def _runtime(wildcards, input, attempt):
+        took = timings.median_s(timings.seconds(fresh=False), name, timings.kind_of(name, wildcards))
+        if took is not None:  # measured: headroom for a slower node, more on a retry
+            minutes = max(1.0, 3 * took / 60, floor or 0) * max(1, attempt)
+            return int(min(math.ceil(minutes), MAX_RUNTIME_MIN))
         return estimate_runtime_min(kind, model_bytes(input), attempt=attempt, scale=scale, minimum=floor)
 
     _runtime.__name__ = f"runtime_{kind}"
+    return _runtime
+
+
+def runtime_fixed(rule: str, default: float, config: dict | None = None):
+    """A ``runtime`` resource callable (minutes) for a rule whose work does not scale with a model
+    file: three times what its jobs took here, else the config's `resources.runtime_min.<rule>`, else
+    ``default``."""
+    floor = (((config or {}).get("resources") or {}).get("runtime_min") or {}).get(rule)
+
+    def _runtime(wildcards, attempt):
+        took = timings.median_s(timings.seconds(fresh=False), rule, timings.kind_of(rule, wildcards))
+        minutes = max(1.0, 3 * took / 60, floor or 0) if took is not None else (floor or default)
+        return int(min(math.ceil(minutes * max(1, attempt)), MAX_RUNTIME_MIN))
+
+    _runtime.__name__ = f"runtime_{rule}"
     return _runtime
 
 
