@@ -3,17 +3,12 @@
 On a card without NVML (a CPU run) the figures are absent with the reason, never zero.
 """
 
-import sys
-from pathlib import Path
-
 import numpy as np
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
-
-from quantladder import points  # noqa: E402
-from quantladder.engine import RawContext  # noqa: E402
-from quantladder.measures import energy, speed  # noqa: E402
-from quantladder.scriptutil import main  # noqa: E402
+from quantladder import points
+from quantladder.engine import RawContext
+from quantladder.measures import energy, speed
+from quantladder.scriptutil import main, mock_from_argv
 
 
 def run(smk):
@@ -53,4 +48,5 @@ def run(smk):
                      engine=engine, extra={"raw": res})
 
 
-main(run, snakemake)
+if __name__ == "__main__":
+    main(run, globals().get("snakemake") or mock_from_argv())
