@@ -28,7 +28,9 @@ def test_script_imports_the_installed_package_and_runs_alone(script):
 
 
 def test_a_script_alone_writes_what_its_rule_writes(tmp_path):
-    """The corpus job run alone and the same job run by Snakemake: the same files, byte for byte."""
+    """The corpus job run alone and run by Snakemake: the same files, byte for byte. Snakemake's
+    copy of the script then runs again under an interpreter that has no quantladder installed (-I -S:
+    no PYTHONPATH, no site-packages), as in a conda env: its preamble alone brings the package."""
     alone, under = tmp_path / "alone", tmp_path / "snakemake"
     for d in (alone, under):
         d.mkdir()
@@ -37,8 +39,17 @@ def test_a_script_alone_writes_what_its_rule_writes(tmp_path):
     assert r.returncode == 0, r.stderr
     assert f"logging to logs/corpus/{CORPUS}.log" in r.stderr
     assert f"corpus {CORPUS}:" in (alone / "logs" / "corpus" / f"{CORPUS}.log").read_text()
-    snakemake(under, f"resources/corpora/{CORPUS}.txt", config=under / cfg.name)
-    for f in (f"resources/corpora/{CORPUS}.txt", f"resources/corpora/{CORPUS}.json"):
+    outputs = [f"resources/corpora/{CORPUS}.txt", f"resources/corpora/{CORPUS}.json"]
+    snakemake(under, "--skip-script-cleanup", outputs[0], config=under / cfg.name)
+    for f in outputs:
+        assert (alone / f).read_bytes() == (under / f).read_bytes(), f
+        (under / f).unlink()
+    [kept] = (under / ".snakemake" / "scripts").glob("*.corpus.py")
+    bare = [sys.executable, "-I", "-S"]
+    assert subprocess.run([*bare, "-c", "import quantladder"], cwd=under, capture_output=True).returncode != 0
+    r = subprocess.run([*bare, str(kept)], cwd=under, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    for f in outputs:
         assert (alone / f).read_bytes() == (under / f).read_bytes(), f
 
 
