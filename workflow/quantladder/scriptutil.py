@@ -101,7 +101,7 @@ def mock_snakemake(rule: str | None = None, *, script: str | os.PathLike | None 
         # --cores all, as `make run` runs it
         wf_api = api.workflow(ResourceSettings(cores=os.cpu_count()), ConfigSettings(configfiles=configs),
                               snakefile=SNAKEFILE, workdir=Path.cwd())
-        # Snakemake's API stops at the DAG; one job is made as its scheduler makes it (PyPSA-Eur too)
+        # Snakemake's public API has no call for one job: its Workflow is reached as PyPSA-Eur reaches it
         workflow = wf_api.dag(DAGSettings()).workflow_api._workflow
         r = _pick_rule(workflow, rule, script)
         if set(wildcards) != r.wildcard_names:

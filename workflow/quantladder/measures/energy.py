@@ -576,19 +576,18 @@ def measure_bench_workload(model_path: str, *, n_prompt: int, n_gen: int, idle_c
 
     The idle baseline comes first, with no model loaded (reused from ``idle_cache_path`` while
     young). Returns (result, the context's resolved engine settings); without NVML the result is
-    ``absent`` with the reason and nothing is loaded (engine None). The trace and fn's value are
-    dropped: metrics.json keeps the summary.
+    ``absent`` with the reason and nothing is loaded (engine None). The sample trace is dropped:
+    metrics.json keeps the summary.
     """
     import numpy as np
 
     reader, why = nvml_reader(device_index)
     if reader is None:
         return absent(why or "NVML is not available on this card"), None
-    n_ctx = n_prompt + n_gen
     try:
         idle = idle_baseline(idle_cache_path, reader, window_s=idle_window_s, max_age_s=idle_max_age_s)
         rng = np.random.default_rng(0)
-        with RawContext(model_path, n_ctx=n_ctx, n_batch=max(n_prompt, 1), kv=kv, n_threads=n_threads,
+        with RawContext(model_path, n_ctx=n_prompt + n_gen, n_batch=max(n_prompt, 1), kv=kv, n_threads=n_threads,
                         n_gpu_layers=n_gpu_layers, flash_attn=flash_attn) as ctx:
             bench_prompt(ctx, 16, 16, rng)  # warm-up, as llama-bench does
             ctx.clear()
