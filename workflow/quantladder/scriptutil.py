@@ -42,10 +42,20 @@ def start(snakemake) -> logging.Logger:
     return log
 
 
+def _same_checkout(snakemake) -> None:
+    """A script runs the package of the workflow it belongs to: one installed from another checkout
+    (a shared venv) would run other code than the rules were parsed with."""
+    workflow = Path(snakemake.scriptdir).resolve().parent
+    if workflow != SNAKEFILE.parent:
+        raise ConfigError(f"this script imports quantladder from {SNAKEFILE.parent}, but belongs to {workflow}: "
+                          f"pip install -e {workflow} (or PYTHONPATH={workflow / 'workflow'})")
+
+
 def main(fn, snakemake) -> None:
     """Run ``fn(snakemake)``; a QuantladderError is reported as one clear line naming the rule."""
     start(snakemake)
     try:
+        _same_checkout(snakemake)
         fn(snakemake)
     except QuantladderError as e:
         msg = f"rule {snakemake.rule}: {e}"
