@@ -3,6 +3,7 @@ WILDCARD=VALUE ...`` builds, from the real workflow, the job Snakemake would run
 writes what the rule writes. No script edits sys.path: the package is installed in the rule env."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -30,7 +31,8 @@ def test_script_imports_the_installed_package_and_runs_alone(script):
 def test_a_script_alone_writes_what_its_rule_writes(tmp_path):
     """The corpus job run alone and run by Snakemake: the same files, byte for byte. Snakemake's
     copy of the script then runs again under an interpreter that has no quantladder installed (-I -S:
-    no PYTHONPATH, no site-packages), as in a conda env: its preamble alone brings the package."""
+    no PYTHONPATH, no site-packages), as in a conda env: its preamble alone brings the package; and
+    under one whose quantladder is another checkout's, which the script refuses."""
     alone, under = tmp_path / "alone", tmp_path / "snakemake"
     for d in (alone, under):
         d.mkdir()
@@ -51,6 +53,13 @@ def test_a_script_alone_writes_what_its_rule_writes(tmp_path):
     assert r.returncode == 0, r.stderr
     for f in outputs:
         assert (alone / f).read_bytes() == (under / f).read_bytes(), f
+    # a package installed from another checkout (a shared venv) is refused, not run
+    other = (tmp_path / "other").resolve()
+    shutil.copytree(REPO / "workflow" / "quantladder", other / "workflow" / "quantladder",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    r = subprocess.run([sys.executable, str(kept)], cwd=under, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(other / "workflow")})
+    assert r.returncode == 1 and f"imports quantladder from {other}, but belongs to {REPO}" in r.stderr
 
 
 def test_a_script_of_two_rules_asks_which(tmp_path):
