@@ -1,15 +1,11 @@
 """Rules acquire_source / acquire_prebuilt: fetch a GGUF, verify it, record its hash."""
 
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
-
-from quantladder import models  # noqa: E402
-from quantladder.gguf_meta import read_info  # noqa: E402
-from quantladder.io import write_json  # noqa: E402
-from quantladder.scriptutil import main  # noqa: E402
+from quantladder import models
+from quantladder.gguf_meta import read_info
+from quantladder.io import write_json
+from quantladder.scriptutil import main, mock_from_argv
 
 
 def run(smk):
@@ -19,4 +15,5 @@ def run(smk):
     write_json(smk.output.info, record)
 
 
-main(run, snakemake)
+if __name__ == "__main__":
+    main(run, globals().get("snakemake") or mock_from_argv())

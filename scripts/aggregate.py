@@ -1,13 +1,8 @@
 """Rules aggregate and curves: the Parquet dataset (long form) and one curve file per family."""
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
-
-from quantladder import aggregate, dataset  # noqa: E402
-from quantladder.io import atomic_path  # noqa: E402
-from quantladder.scriptutil import log, main  # noqa: E402
+from quantladder import aggregate, dataset
+from quantladder.io import atomic_path
+from quantladder.scriptutil import log, main, mock_from_argv
 
 
 def run(smk):
@@ -22,4 +17,5 @@ def run(smk):
         log.info("dataset: %d rows from %d metrics files", len(rows), len(smk.input.metrics))
 
 
-main(run, snakemake)
+if __name__ == "__main__":
+    main(run, globals().get("snakemake") or mock_from_argv())

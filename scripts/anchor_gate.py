@@ -3,14 +3,9 @@
 For a task benchmark the replies come from rule anchor_generate; they are scored here (the scoring
 host: a code benchmark's tests run in the sandbox) and compared with the published score."""
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
-
-from quantladder import anchors, card  # noqa: E402
-from quantladder.io import read_json, write_json  # noqa: E402
-from quantladder.scriptutil import main  # noqa: E402
+from quantladder import anchors, card
+from quantladder.io import read_json, write_json
+from quantladder.scriptutil import main, mock_from_argv
 
 
 def run(smk):
@@ -24,4 +19,5 @@ def run(smk):
     write_json(smk.output[0], result)
 
 
-main(run, snakemake)
+if __name__ == "__main__":
+    main(run, globals().get("snakemake") or mock_from_argv())

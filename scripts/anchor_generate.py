@@ -4,14 +4,11 @@ Nothing here runs what the models wrote: the replies are scored by rule anchor_g
 host. An unreachable model or dataset is recorded as such, and the gate says "unanchored" and why.
 """
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
-
-from quantladder import anchors, card  # noqa: E402
-from quantladder.io import write_json  # noqa: E402
-from quantladder.scriptutil import main  # noqa: E402
+from quantladder import anchors, card
+from quantladder.io import write_json
+from quantladder.scriptutil import main, mock_from_argv
 
 
 def run(smk):
@@ -23,4 +20,5 @@ def run(smk):
     write_json(smk.output[0], {"benchmark": task, "spec": smk.params.spec, "entries": out})
 
 
-main(run, snakemake)
+if __name__ == "__main__":
+    main(run, globals().get("snakemake") or mock_from_argv())

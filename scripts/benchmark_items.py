@@ -6,14 +6,10 @@ same items; the file's sha256 enters each point's manifest.
 """
 
 import logging
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
-
-from quantladder import manifest  # noqa: E402
-from quantladder.io import JsonlFile, read_json, sha256_file, write_json  # noqa: E402
-from quantladder.scriptutil import main  # noqa: E402
+from quantladder import manifest
+from quantladder.io import JsonlFile, read_json, sha256_file, write_json
+from quantladder.scriptutil import main, mock_from_argv
 
 
 def run(smk):
@@ -37,4 +33,5 @@ def run(smk):
     log.info("%s items for %s: %d", task, family, len(items))
 
 
-main(run, snakemake)
+if __name__ == "__main__":
+    main(run, globals().get("snakemake") or mock_from_argv())

@@ -1,13 +1,10 @@
 """Rule benchmark_source: a task benchmark's data, fetched and pinned once (name, version, sha256)."""
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
-
-from quantladder import manifest  # noqa: E402
-from quantladder.io import write_json  # noqa: E402
-from quantladder.scriptutil import log, main  # noqa: E402
+from quantladder import manifest
+from quantladder.io import write_json
+from quantladder.scriptutil import log, main, mock_from_argv
 
 
 def run(smk):
@@ -19,4 +16,5 @@ def run(smk):
     log.info("%s data %s: sha256 %s", bench.name, record.get("version"), record.get("sha256"))
 
 
-main(run, snakemake)
+if __name__ == "__main__":
+    main(run, globals().get("snakemake") or mock_from_argv())

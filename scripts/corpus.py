@@ -2,15 +2,11 @@
 per line), with a record of where it came from and its sha256 beside it."""
 
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
-
-from quantladder.corpora import build  # noqa: E402
-from quantladder.errors import DataError  # noqa: E402
-from quantladder.io import atomic_path, sha256_bytes, write_json  # noqa: E402
-from quantladder.scriptutil import log, main  # noqa: E402
+from quantladder.corpora import build
+from quantladder.errors import DataError
+from quantladder.io import atomic_path, sha256_bytes, write_json
+from quantladder.scriptutil import log, main, mock_from_argv
 
 
 def run(smk):
@@ -30,4 +26,5 @@ def run(smk):
     log.info("corpus %s: %d characters, sha256 %s", name, len(corpus.text), digest)
 
 
-main(run, snakemake)
+if __name__ == "__main__":
+    main(run, globals().get("snakemake") or mock_from_argv())

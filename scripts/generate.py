@@ -5,18 +5,15 @@ sandbox). Replies are appended to a store beside the outputs as each item finish
 budget-stopped job (exit 75) resumes from it, and the declared outputs are written at the end.
 """
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
-
-from quantladder import budget, generation, points  # noqa: E402
-from quantladder.benchmarks import Item  # noqa: E402
-from quantladder.engine import Engine  # noqa: E402
-from quantladder.generation_policy import GenerationPolicy  # noqa: E402
-from quantladder.gguf_meta import GGUFInfo  # noqa: E402
-from quantladder.io import read_json, read_jsonl  # noqa: E402
-from quantladder.scriptutil import main  # noqa: E402
+from quantladder import budget, generation, points
+from quantladder.benchmarks import Item
+from quantladder.engine import Engine
+from quantladder.generation_policy import GenerationPolicy
+from quantladder.gguf_meta import GGUFInfo
+from quantladder.io import read_json, read_jsonl
+from quantladder.scriptutil import main, mock_from_argv
 
 
 def run(smk):
@@ -54,4 +51,5 @@ def run(smk):
         "blocked": False, "items_sha256": items_meta["sha256"], "policy": policy.record, "series": pt.series})
 
 
-main(run, snakemake)
+if __name__ == "__main__":
+    main(run, globals().get("snakemake") or mock_from_argv())

@@ -4,12 +4,10 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
-
-from quantladder import imatrix, llama_tools  # noqa: E402
-from quantladder.errors import ConfigError  # noqa: E402
-from quantladder.io import read_json, sha256_file, write_json  # noqa: E402
-from quantladder.scriptutil import main  # noqa: E402
+from quantladder import imatrix, llama_tools
+from quantladder.errors import ConfigError
+from quantladder.io import read_json, sha256_file, write_json
+from quantladder.scriptutil import main, mock_from_argv
 
 
 def run(smk):
@@ -35,4 +33,5 @@ def run(smk):
     })
 
 
-main(run, snakemake)
+if __name__ == "__main__":
+    main(run, globals().get("snakemake") or mock_from_argv())

@@ -1,14 +1,11 @@
 """Rule llama_tools: build (or find) llama.cpp's tools for the installed llama-cpp-python."""
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
-
-from quantladder import llama_tools  # noqa: E402
-from quantladder.errors import ConfigError  # noqa: E402
-from quantladder.io import write_json  # noqa: E402
-from quantladder.scriptutil import main  # noqa: E402
+from quantladder import llama_tools
+from quantladder.errors import ConfigError
+from quantladder.io import write_json
+from quantladder.scriptutil import main, mock_from_argv
 
 
 def run(smk):
@@ -20,4 +17,5 @@ def run(smk):
     write_json(smk.output[0], record)
 
 
-main(run, snakemake)
+if __name__ == "__main__":
+    main(run, globals().get("snakemake") or mock_from_argv())

@@ -1,14 +1,9 @@
 """Rule memory: file size, bits per weight, predicted weights + KV + buffers, measured peak."""
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
-
-from quantladder import points  # noqa: E402
-from quantladder.gguf_meta import read_info  # noqa: E402
-from quantladder.measures import memory  # noqa: E402
-from quantladder.scriptutil import main  # noqa: E402
+from quantladder import points
+from quantladder.gguf_meta import read_info
+from quantladder.measures import memory
+from quantladder.scriptutil import main, mock_from_argv
 
 
 def run(smk):
@@ -22,4 +17,5 @@ def run(smk):
     pt.write_metrics(smk.output.metrics, memory.metric_rows(res), extra={"raw": res})
 
 
-main(run, snakemake)
+if __name__ == "__main__":
+    main(run, globals().get("snakemake") or mock_from_argv())

@@ -1,12 +1,7 @@
 """Rule partial_report: the dataset and report of the points finished so far, with what is left."""
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
-
-from quantladder import progress  # noqa: E402
-from quantladder.scriptutil import log, main  # noqa: E402
+from quantladder import progress
+from quantladder.scriptutil import log, main, mock_from_argv
 
 
 def run(smk):
@@ -14,4 +9,5 @@ def run(smk):
     log.info("%s\n%s", progress.summary_text(pend), html)
 
 
-main(run, snakemake)
+if __name__ == "__main__":
+    main(run, globals().get("snakemake") or mock_from_argv())

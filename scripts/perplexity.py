@@ -6,18 +6,15 @@ Rule perplexity_point: the point's passes joined into its perplexity/metrics.jso
 its corpus as subset)."""
 
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
-
-from quantladder import budget, corpora, points  # noqa: E402
-from quantladder.engine import RawContext  # noqa: E402
-from quantladder.dataset import metric_row  # noqa: E402
-from quantladder.io import hash_obj, read_json, sha256_file, write_json  # noqa: E402
-from quantladder.measures import perplexity as ppl  # noqa: E402
-from quantladder.measures.memory import peak_rss_bytes  # noqa: E402
-from quantladder.scriptutil import log, main  # noqa: E402
+from quantladder import budget, corpora, points
+from quantladder.engine import RawContext
+from quantladder.dataset import metric_row
+from quantladder.io import hash_obj, read_json, sha256_file, write_json
+from quantladder.measures import perplexity as ppl
+from quantladder.measures.memory import peak_rss_bytes
+from quantladder.scriptutil import log, main, mock_from_argv
 
 
 def _calibrations(ctx, smk, cal: dict) -> list[dict]:
@@ -101,4 +98,6 @@ def run_point(smk):
     write_json(smk.output.metrics, doc)
 
 
-main(run_point if snakemake.rule == "perplexity_point" else run_pass, snakemake)
+if __name__ == "__main__":
+    smk = globals().get("snakemake") or mock_from_argv()
+    main(run_point if smk.rule == "perplexity_point" else run_pass, smk)

@@ -5,14 +5,11 @@ An infeasible request is an answer too: the JSON says `feasible: false` and why.
 
 import json
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
-
-from quantladder import dataset_view as dv  # noqa: E402
-from quantladder import recommend as rec  # noqa: E402
-from quantladder.io import write_json  # noqa: E402
-from quantladder.scriptutil import main  # noqa: E402
+from quantladder import dataset_view as dv
+from quantladder import recommend as rec
+from quantladder.io import write_json
+from quantladder.scriptutil import main, mock_from_argv
 
 
 def run(smk):
@@ -27,4 +24,5 @@ def run(smk):
     write_json(smk.output[0], result)
 
 
-main(run, snakemake)
+if __name__ == "__main__":
+    main(run, globals().get("snakemake") or mock_from_argv())

@@ -1,17 +1,14 @@
 """Rule reference_logits: the reference rung's log-probabilities over the perplexity protocol's
 scored positions, stored once per (card, family, corpus, context) and reused by every rung."""
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
-
-from quantladder import budget, card, corpora  # noqa: E402
-from quantladder.engine import RawContext  # noqa: E402
-from quantladder.io import read_json, sha256_file, write_json  # noqa: E402
-from quantladder.measures import perplexity as ppl  # noqa: E402
-from quantladder.measures.memory import peak_rss_bytes  # noqa: E402
-from quantladder.scriptutil import log, main  # noqa: E402
+from quantladder import budget, card, corpora
+from quantladder.engine import RawContext
+from quantladder.io import read_json, sha256_file, write_json
+from quantladder.measures import perplexity as ppl
+from quantladder.measures.memory import peak_rss_bytes
+from quantladder.scriptutil import log, main, mock_from_argv
 
 
 def run(smk):
@@ -43,4 +40,5 @@ def run(smk):
                                  "spec": smk.params.spec})
 
 
-main(run, snakemake)
+if __name__ == "__main__":
+    main(run, globals().get("snakemake") or mock_from_argv())

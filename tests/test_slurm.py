@@ -124,6 +124,7 @@ def _slurm_cmd(wd: Path) -> list[str]:
 def _env(site: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SNAKEMAKE_PROFILE"))}
     env["QUANTLADDER_SITE"] = str(site)
+    env["PYTHONPATH"] = str(REPO / "workflow")  # the package of this checkout, in every job too
     return env
 
 

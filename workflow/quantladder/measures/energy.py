@@ -15,6 +15,7 @@ during generation. So a result has three parts:
 Without NVML (CPU runs, no driver) nothing is measured: results are *absent with a reason*, never
 zero. The arithmetic is pure functions of (time, value) traces so that it is testable on traces
 whose energy is known analytically; ``PowerSampler`` is the one thing that talks to NVML.
+``measure_bench_workload`` is the energy rule's run: llama-bench's workload (speed.py) under it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
+
+from ..engine import RawContext
+from .speed import bench_gen, bench_prompt
 
 NVML_COUNTER_MODULUS = 2**64  # nvmlDeviceGetTotalEnergyConsumption is an unsigned long long (mJ)
 DEFAULT_INTERVAL_S = 0.05
@@ -559,6 +563,49 @@ def measure_generation(fn: Callable, *, n_gen_tokens: int | Callable[[object], i
     finally:
         if own_reader:
             reader.close()
+
+
+def measure_bench_workload(model_path: str, *, n_prompt: int, n_gen: int, idle_cache_path: str | os.PathLike,
+                           kv: str = "f16", n_threads: int = 0, n_gpu_layers: int = 0,
+                           flash_attn: bool | None = None, interval_s: float = DEFAULT_INTERVAL_S,
+                           idle_window_s: float = DEFAULT_IDLE_WINDOW_S,
+                           idle_max_age_s: float = DEFAULT_IDLE_MAX_AGE_S,
+                           device_index: int = 0) -> tuple[dict, dict | None]:
+    """The energy of llama-bench's workload on one model (speed.py): a prompt of ``n_prompt``
+    random tokens in one batch, then ``n_gen`` single-token decodes, split at the prompt's end.
+
+    The idle baseline comes first, with no model loaded (reused from ``idle_cache_path`` while
+    young). Returns (result, the context's resolved engine settings); without NVML the result is
+    ``absent`` with the reason and nothing is loaded (engine None). The sample trace is dropped:
+    metrics.json keeps the summary.
+    """
+    import numpy as np
+
+    reader, why = nvml_reader(device_index)
+    if reader is None:
+        return absent(why or "NVML is not available on this card"), None
+    try:
+        idle = idle_baseline(idle_cache_path, reader, window_s=idle_window_s, max_age_s=idle_max_age_s)
+        rng = np.random.default_rng(0)
+        with RawContext(model_path, n_ctx=n_prompt + n_gen, n_batch=max(n_prompt, 1), kv=kv, n_threads=n_threads,
+                        n_gpu_layers=n_gpu_layers, flash_attn=flash_attn) as ctx:
+            bench_prompt(ctx, 16, 16, rng)  # warm-up, as llama-bench does
+            ctx.clear()
+
+            def work(mark):
+                if n_prompt:
+                    bench_prompt(ctx, n_prompt, n_prompt, rng)
+                mark()
+                bench_gen(ctx, n_gen, n_prompt, rng)
+
+            res = measure_generation(work, n_gen_tokens=n_gen, n_prompt_tokens=n_prompt, idle_cache_path=None,
+                                     reader=reader, interval_s=interval_s, idle=idle)
+            engine = ctx.resolved
+    finally:
+        reader.close()
+    res.pop("trace", None)
+    res.pop("value", None)
+    return res, engine
 
 
 def summarize(samples: Sequence[Sample], t_start: float, t_stop: float, idle: dict | None, *,

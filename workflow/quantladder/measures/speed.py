@@ -17,7 +17,8 @@ import numpy as np
 from ..dataset import metric_row
 
 
-def _prompt(ctx, n_tokens: int, n_batch: int, rng) -> None:
+def bench_prompt(ctx, n_tokens: int, n_batch: int, rng) -> None:
+    """llama-bench's test_prompt: ``n_tokens`` random tokens decoded in ``n_batch`` pieces."""
     done = 0
     while done < n_tokens:
         n = min(n_batch, n_tokens - done)
@@ -32,7 +33,8 @@ def _prompt(ctx, n_tokens: int, n_batch: int, rng) -> None:
     ctx.synchronize()
 
 
-def _gen(ctx, n_tokens: int, start_pos: int, rng) -> None:
+def bench_gen(ctx, n_tokens: int, start_pos: int, rng) -> None:
+    """llama-bench's test_gen: ``n_tokens`` single-token decodes from position ``start_pos``."""
     tok = np.array([ctx.bos if ctx.add_bos else int(rng.integers(0, ctx.n_vocab))], dtype=np.int32)
     one = np.ones(1, dtype=np.int8)
     zero = np.zeros(1, dtype=np.int32)
@@ -52,17 +54,17 @@ def run_test(model_path: str, *, n_prompt: int, n_gen: int, repetitions: int, n_
     with RawContext(model_path, n_ctx=n_prompt + n_gen, n_batch=n_batch, n_ubatch=n_ubatch, kv=kv,
                     n_threads=n_threads, n_gpu_layers=n_gpu_layers, flash_attn=flash_attn) as ctx:
         if n_prompt:
-            _prompt(ctx, n_prompt, n_batch, rng)
+            bench_prompt(ctx, n_prompt, n_batch, rng)
         if n_gen:
-            _gen(ctx, 1, 0, rng)
+            bench_gen(ctx, 1, 0, rng)
         samples = []
         for _ in range(repetitions):
             ctx.clear()
             t0 = time.perf_counter_ns()
             if n_prompt:
-                _prompt(ctx, n_prompt, n_batch, rng)
+                bench_prompt(ctx, n_prompt, n_batch, rng)
             if n_gen:
-                _gen(ctx, n_gen, n_prompt, rng)
+                bench_gen(ctx, n_gen, n_prompt, rng)
             samples.append(time.perf_counter_ns() - t0)
         resolved = ctx.resolved
     n_tok = n_prompt + n_gen
