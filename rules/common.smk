@@ -7,8 +7,8 @@ from snakemake.utils import min_version, validate
 
 min_version("9.0")
 
-# The package lives in workflow/; importing it from the checkout keeps a clone runnable
-# even before `pip install -e .` (the scripts import it the same way).
+# The package lives in workflow/; importing it from this checkout first keeps the rules and the
+# scripts on one copy (Snakemake hands its own sys.path to every script it runs).
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 import quantladder.config as qconfig
