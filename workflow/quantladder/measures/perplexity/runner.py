@@ -26,6 +26,7 @@ from .store import LOG_PROB_FLOOR, Checkpoint, ReferenceReader, ReferenceWriter,
 log = logging.getLogger(__name__)
 
 
+# -- the pass ----------------------------------------------------------------------------------
 def log_softmax_rows(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Row maxima and log-sum-exp (float64 sums, as llama.cpp accumulates in double)."""
     m = logits.max(axis=1)
@@ -33,16 +34,6 @@ def log_softmax_rows(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return m, m.astype(np.float64) + np.log(s)
 
 
-def calibration_tokens(ctx, text: str, settings: dict | None, parse_special: bool = False) -> np.ndarray:
-    """The tokens an importance matrix was computed from: llama-imatrix reads the first
-    chunks x n_ctx tokens of its text (all of it when the settings are unknown)."""
-    toks = ctx.tokenize(text, add_special=True, parse_special=parse_special or bool((settings or {}).get("parse_special")))
-    if settings and settings.get("chunks") and settings.get("n_ctx"):
-        toks = toks[: int(settings["chunks"]) * int(settings["n_ctx"])]
-    return toks
-
-
-# -- the pass ----------------------------------------------------------------------------------
 def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = None,
         write_reference: str | os.PathLike | None = None, ref_header: dict | None = None,
         progress_every: int = 10, deadline: float | None = None,
@@ -259,6 +250,15 @@ def _kld_rows(lg, lse, target, meta, q, out, sl) -> None:
 # -- the rule jobs -----------------------------------------------------------------------------
 def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def calibration_tokens(ctx, text: str, settings: dict | None, parse_special: bool = False) -> np.ndarray:
+    """The tokens an importance matrix was computed from: llama-imatrix reads the first
+    chunks x n_ctx tokens of its text (all of it when the settings are unknown)."""
+    toks = ctx.tokenize(text, add_special=True, parse_special=parse_special or bool((settings or {}).get("parse_special")))
+    if settings and settings.get("chunks") and settings.get("n_ctx"):
+        toks = toks[: int(settings["chunks"]) * int(settings["n_ctx"])]
+    return toks
 
 
 def _calibrations(ctx, cal: dict, calibration_files: list) -> list[dict]:
