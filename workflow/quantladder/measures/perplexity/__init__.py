@@ -21,9 +21,9 @@ piece (n_batch rows x n_vocab) whatever the context; the reference store is read
 piece at a time (pread/pwrite, not a memory map, so the store's pages never count as the pass's
 resident memory). Figures are identical either way: every row is computed by the same operations.
 
-The package: `passes` plans them (what the workflow imports while it builds its DAG), `store` keeps
-the reference log-probs and a pass's checkpoint, `runner` runs a pass and its rule jobs, `stats`
-makes its figures and rows.
+The package: `passes` plans the passes (what the workflow needs while it builds its DAG), `store`
+keeps the reference log-probs and a pass's checkpoint, `runner` runs a pass and its rule jobs (not
+named `run`: that is the pass itself, `perplexity.run`), `stats` makes its figures and rows.
 """
 
 import importlib
@@ -32,7 +32,7 @@ from .passes import (OVERLAP_FLAG_PCT, OVERLAP_NGRAM, TRAINED, Protocol, family_
                      pass_name, pass_settings, passes, protocol)
 
 # The parts that need numpy, imported on first use: rules/common.smk imports this package to plan
-# the passes on every `snakemake -n`, which must not pay for numpy.
+# the passes while Snakemake builds its DAG, and planning needs no numpy.
 _LAZY = {name: module for module, names in {
     "store": ("LOG_PROB_FLOOR", "MAGIC", "ReferenceReader", "ReferenceWriter", "check_room", "checkpoint_path",
               "store_bytes"),
