@@ -284,11 +284,11 @@ def measure_pass(pt, corpus: str, ctx_label: str, *, corpus_file: str, corpus_in
     proto = protocol(settings, info.get("n_ctx_train"), source=pt.model_path)
     kind = "chat" if corpora.is_chat(settings["source"]) else "text"
     text, parse_special = corpora.text_for_model(corpus_file, kind, pt.model_path)
-    ref = ReferenceReader(reference) if reference else None
+    reader = ReferenceReader(reference) if reference else None
     with RawContext(pt.model_path, n_ctx=proto.context_tokens, n_batch=proto.batch_tokens, n_seq_max=proto.n_seq,
                     kv=pt.kv, n_threads=pt.threads, n_gpu_layers=pt.config.get("gpu_layers", 0),
                     flash_attn=pt.config.get("flash_attn")) as ctx:
-        res = run(ctx, text, proto, reference=ref, deadline=deadline, checkpoint=checkpoint_path(metrics_out),
+        res = run(ctx, text, proto, reference=reader, deadline=deadline, checkpoint=checkpoint_path(metrics_out),
                   resume_key=spec, parse_special=parse_special)
         engine = ctx.resolved
         calibrations = _calibrations(ctx, calibration, calibration_files)
@@ -302,7 +302,7 @@ def measure_pass(pt, corpus: str, ctx_label: str, *, corpus_file: str, corpus_in
             "record": read_json(corpus_info), "kind": kind, "chat_template_parsed": parse_special,
             "tokens_sha256": res["tokens_sha256"], "n_tokens_scored": s["n_tokens"], "n_chunks": s["n_chunks"],
             "n_ctx": proto.n_ctx, "context": ctx_label, "n_batch": proto.n_batch, "calibration_overlap": ov_records}
-    if ref is not None:
+    if reader is not None:
         data["reference_logits"] = read_json(Path(reference).with_suffix(".json"))
     peak = _peak_rss()
     log.info("%s: PPL %.4f, %d tokens scored in %.1f s, peak RSS %.0f MiB", pass_name(corpus, ctx_label),
