@@ -10,6 +10,7 @@ from quantladder.corpora import pydoc_topics_text
 from quantladder.engine import RawContext
 from quantladder.errors import DataError
 from quantladder.measures import perplexity as P
+from quantladder.measures.perplexity.runner import _Scorer
 
 PROTO = P.Protocol(n_ctx=256, n_batch=1024, max_chunks=4)
 TEXT = pydoc_topics_text()[:60000]
@@ -147,7 +148,7 @@ def _score(logits, tokens, proto, *, reference=None, writer=None, n_threads, blo
     n = 2 * proto.rows_per_chunk
     out = {k: np.zeros(n) for k in ("nll", "nll_base", "kld", "dp")}
     out["same_top"] = np.zeros(n, dtype=bool)
-    sc = P._Scorer(tokens, proto, out, reference, writer, n_threads=n_threads, block_bytes=block_bytes)
+    sc = _Scorer(tokens, proto, out, reference, writer, n_threads=n_threads, block_bytes=block_bytes)
     sc.score_group(logits, 0, 2, proto.n_ctx - proto.first)
     sc.close()
     return out
@@ -426,6 +427,22 @@ def test_passes_and_their_keys_are_independent():
         P.pass_settings(cfg, "manual-fr", "n512")
     with pytest.raises(ConfigError, match="not defined under `corpora:`"):
         P.pass_settings(cfg, "nope-en", "n512")
+
+
+def test_planning_the_passes_imports_neither_numpy_nor_llama_cpp():
+    """rules/common.smk imports the package to plan the passes while Snakemake builds its DAG (every
+    `snakemake -n`): in a fresh interpreter, that import loads neither numpy nor llama.cpp."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import quantladder
+
+    code = ("import sys; from quantladder.measures import perplexity as P; P.pass_name('prose-en', 'n512'); "
+            "print(sorted(m for m in ('numpy', 'llama_cpp') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(quantladder.__file__).parents[1], check=True,
+                         capture_output=True, text=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_a_chat_corpus_is_skipped_for_a_base_model_with_the_reason():

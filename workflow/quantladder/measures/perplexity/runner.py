@@ -1,0 +1,367 @@
+"""A pass: the corpus decoded chunk group by chunk group, every scored row turned into per-token
+NLL (and KLD against the reference store, or the quantized rows of a new store); and the rule jobs
+around it (a rung's pass, the point's passes joined, the reference rung's store)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from ... import corpora, metrics
+from ...budget import BudgetReached
+from ...card import check_same_card
+from ...engine import RawContext
+from ...io import hash_obj, read_json, sha256_bytes, sha256_file, write_json
+from ..memory import peak_rss_bytes
+from .passes import Protocol, n_chunks, pass_config, pass_name, pass_settings, protocol
+from .stats import metric_rows, overlap_rows, summarize
+from .store import LOG_PROB_FLOOR, Checkpoint, ReferenceReader, ReferenceWriter, checkpoint_path, quantize_rows
+
+log = logging.getLogger(__name__)
+
+
+# -- the pass ----------------------------------------------------------------------------------
+def log_softmax_rows(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row maxima and log-sum-exp (float64 sums, as llama.cpp accumulates in double)."""
+    m = logits.max(axis=1)
+    s = np.exp(logits - m[:, None]).sum(axis=1, dtype=np.float64)
+    return m, m.astype(np.float64) + np.log(s)
+
+
+def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = None,
+        write_reference: str | os.PathLike | None = None, ref_header: dict | None = None,
+        progress_every: int = 10, deadline: float | None = None,
+        checkpoint: str | os.PathLike | None = None, resume_key: str = "",
+        parse_special: bool = False) -> dict:
+    """One pass over the corpus with a RawContext built with n_ctx = proto.context_tokens,
+    n_batch = proto.batch_tokens, n_seq_max = proto.n_seq.
+
+    Returns per-token arrays summarised by `summarize` (kept in float64, a few MB for wikitext-2).
+    With `checkpoint` (a file path that is not a Snakemake output) the pass is resumable: the
+    finished chunk groups (and the reference store's `.partial` file) survive a stop, and the next
+    call with the same `resume_key` continues from them, with results bit-identical to one
+    uninterrupted pass (chunk groups are decoded with the same companions either way).
+    `parse_special` tokenizes special-token text (a chat template's markers) as the special tokens
+    it names; llama-perplexity never does (its corpora are plain text).
+    """
+    t_start = time.perf_counter()
+    tokens = ctx.tokenize(text, add_special=True, parse_special=parse_special)
+    n_chunk = n_chunks(len(tokens), proto)
+    first, rows, n_ctx = proto.first, proto.rows_per_chunk, proto.n_ctx
+    used = tokens[: n_chunk * n_ctx].copy()
+    tokens_sha256 = sha256_bytes(used.astype("<i4").tobytes())
+    if reference is not None:
+        reference.check_compatible(used, ctx.n_vocab, proto, n_chunk)
+    writer = None
+    if write_reference:
+        header = {"n_vocab": ctx.n_vocab, "n_ctx": n_ctx, "first": first, "rows_per_chunk": rows,
+                  "n_chunks": n_chunk, "tokens_sha256": tokens_sha256,
+                  "log_prob_floor": LOG_PROB_FLOOR, **(ref_header or {})}
+        writer = ReferenceWriter(write_reference, header, used, resumable=checkpoint is not None)
+        log.info("reference-logit store %s: %.1f MiB (%d chunks x %d rows x %d vocab, uint16)", write_reference,
+                 writer.predicted_bytes / 2**20, n_chunk, rows, ctx.n_vocab)
+    nll = np.empty(n_chunk * rows, dtype=np.float64)
+    out = {"nll": nll}
+    if reference is not None:
+        out.update(nll_base=np.empty_like(nll), kld=np.empty_like(nll), dp=np.empty_like(nll),
+                   same_top=np.empty(len(nll), dtype=bool))
+    add_bos = ctx.add_bos
+    bos = ctx.bos
+    n_seq = proto.n_seq
+    piece = proto.piece
+    chunk_pos = np.arange(n_ctx, dtype=np.int32)
+    scored_mask = (chunk_pos >= first).astype(np.int8)  # llama-perplexity asks logits from `first` on
+    done = 0
+    chunk_s = 0.0  # the slowest chunk group so far: the next must fit before the deadline
+    ok = False
+    ckpt = None
+    start = 0
+    if checkpoint is not None:
+        fields = [("nll", "<f8")]
+        if reference is not None:
+            fields += [("nll_base", "<f8"), ("kld", "<f8"), ("dp", "<f8"), ("same_top", "|b1")]
+        identity = {"key": resume_key, "tokens_sha256": tokens_sha256,
+                    "n_chunk": n_chunk, "n_ctx": n_ctx, "n_batch": proto.n_batch, "n_vocab": ctx.n_vocab,
+                    "reference": reference.header if reference is not None else None,
+                    "writes_reference": writer is not None}
+        ckpt = Checkpoint(checkpoint, identity, fields, rows)
+        start = ckpt.load(out)
+        if writer is not None:
+            start = min(start, writer.chunks_on_disk())
+        start -= start % n_seq  # resume on a group boundary: the same chunks decoded together
+        if start:
+            log.info("resuming the pass at chunk %d/%d from %s", start, n_chunk, checkpoint)
+        ckpt.open(start)
+    if writer is not None:
+        writer.open(start)
+    scorer = _Scorer(used, proto, out, reference, writer, n_threads=getattr(ctx, "n_threads", 0))
+    try:
+        for c0 in range(start, n_chunk, n_seq):
+            if deadline is not None and time.time() + chunk_s > deadline:
+                kept = (f"the {c0} chunks done are kept in {checkpoint} and the rerun resumes there"
+                        if ckpt is not None else "nothing is kept; rerun with a larger runtime")
+                raise BudgetReached(f"budget reached: perplexity pass stopped before chunk {c0}/{n_chunk} "
+                                    f"(the job's runtime would be exceeded); {kept}")
+            t_chunk = time.perf_counter()
+            ns = min(n_seq, n_chunk - c0)
+            ctx.clear()
+            # llama-perplexity decodes a chunk in n_batch pieces when n_ctx > n_batch; each piece's
+            # rows are scored here before the next decode overwrites the logits
+            for p0 in range(0, n_ctx, piece):
+                p1 = min(n_ctx, p0 + piece)
+                toks, pos, seqs, mask = [], [], [], []
+                for s in range(ns):
+                    base = (c0 + s) * n_ctx
+                    t = used[base + p0: base + p1].copy()
+                    if add_bos and p0 == 0:
+                        t[0] = bos
+                    toks.append(t)
+                    pos.append(chunk_pos[p0:p1])
+                    seqs.append(np.full(p1 - p0, s, dtype=np.int32))
+                    mask.append(scored_mask[p0:p1])
+                n_out = ctx.decode(np.concatenate(toks), np.concatenate(pos), np.concatenate(seqs),
+                                   np.concatenate(mask))
+                lo = max(p0, first)
+                r0, r1 = lo - first, min(p1 - first, rows)  # position n_ctx-1 predicts nothing
+                if r1 > r0:
+                    scorer.score_piece(ctx.logits(n_out), c0, ns, r0, r1, per_seq=p1 - lo)
+            if ckpt is not None:
+                if writer is not None:
+                    writer.flush()  # the store first: on resume the shorter of the two decides
+                ckpt.append(c0, ns, out)
+            done = c0 + ns
+            chunk_s = max(chunk_s, time.perf_counter() - t_chunk)
+            if progress_every and (done // n_seq) % max(1, progress_every // n_seq) == 0:
+                so_far = nll[: done * rows]
+                log.info("[%d/%d chunks] PPL so far %.4f (%.1f s)", done, n_chunk,
+                         math.exp(so_far.mean()), time.perf_counter() - t_start)
+        ok = True
+    finally:
+        scorer.close()
+        if writer is not None:
+            writer.close(ok=ok)
+        if ckpt is not None:
+            ckpt.close(discard=ok)
+    out["n_chunks"] = n_chunk
+    out["n_tokens_corpus"] = int(len(tokens))
+    out["seconds"] = time.perf_counter() - t_start
+    out["tokens_sha256"] = tokens_sha256
+    out["tokens"] = used
+    return out
+
+
+class _Scorer:
+    """Turns each decoded piece's logits into per-token NLL (and KLD against the reference, or the
+    quantized rows of a new reference) in blocks of a few rows spread over n_threads.
+
+    Why blocks: a chunk's scored logits are (n_ctx/2 x n_vocab) float32, 50 MB for a 49k vocab;
+    the dozen elementwise passes below over arrays that size run from RAM, while over a few rows
+    (a few MB) they stay in cache. numpy releases the GIL in these loops, so the blocks also run
+    in parallel while llama_decode is idle, as llama-perplexity's worker threads do. The figures are
+    bit-identical to a whole-chunk computation: every row is computed by the same operations.
+    """
+
+    def __init__(self, tokens, proto: Protocol, out: dict, reference, writer, *, n_threads: int = 0,
+                 block_bytes: int = 2 << 20):
+        self.tokens, self.proto, self.out = tokens, proto, out
+        self.reference, self.writer = reference, writer
+        self.n_threads = max(1, n_threads or len(os.sched_getaffinity(0)))
+        self.block_bytes = block_bytes
+        self.pool = ThreadPoolExecutor(self.n_threads) if self.n_threads > 1 else None
+        self._q = self._meta = None
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+            self.pool = None
+
+    def score_group(self, all_logits: np.ndarray, c0: int, ns: int, per_seq: int) -> None:
+        """Every scored row of `ns` whole chunks decoded together (per_seq output rows each)."""
+        self.score_piece(all_logits, c0, ns, 0, self.proto.rows_per_chunk, per_seq)
+
+    def score_piece(self, all_logits: np.ndarray, c0: int, ns: int, r0: int, r1: int, per_seq: int) -> None:
+        """Rows r0..r1 of chunks c0..c0+ns-1: `all_logits` holds `per_seq` output rows per sequence
+        (sequence after sequence), the first r1 - r0 of which are scored."""
+        n_ctx, first = self.proto.n_ctx, self.proto.first
+        n = r1 - r0
+        n_vocab = all_logits.shape[1]
+        block = max(1, min(n, self.block_bytes // (4 * n_vocab)))
+        if self.writer is not None and (self._q is None or self._q.shape != (ns, n, n_vocab)):
+            self._q = np.empty((ns, n, n_vocab), dtype="<u2")
+            self._meta = np.empty((ns, n, 2), dtype="<f4")
+        jobs = []
+        for s in range(ns):
+            c = c0 + s
+            lg = all_logits[s * per_seq: s * per_seq + n]
+            target = self.tokens[c * n_ctx + first + 1 + r0: c * n_ctx + first + 1 + r1]
+            ref = self.reference.rows_of(c, r0, r1) if self.reference is not None else None
+            for b0 in range(0, n, block):
+                jobs.append((s, c, r0, lg, target, ref, b0, min(n, b0 + block)))
+        if self.pool is None:
+            for j in jobs:
+                self._block(*j)
+        else:
+            for f in [self.pool.submit(self._block, *j) for j in jobs]:
+                f.result()
+        if self.writer is not None:
+            for s in range(ns):
+                self.writer.add_rows(c0 + s, r0, self._meta[s], self._q[s])
+
+    def _block(self, s, c, r0, lg, target, ref, b0, b1) -> None:
+        x = lg[b0:b1]
+        t = target[b0:b1]
+        idx = np.arange(b1 - b0)
+        base = c * self.proto.rows_per_chunk + r0
+        sl = slice(base + b0, base + b1)
+        m, lse = log_softmax_rows(x)
+        self.out["nll"][sl] = lse - x[idx, t]
+        if self.writer is not None:
+            self._meta[s, b0:b1], self._q[s, b0:b1] = quantize_rows(x, m, lse)
+        if ref is not None:
+            meta, q = ref
+            _kld_rows(x, lse, t, meta[b0:b1], q[b0:b1], self.out, sl)
+
+
+def _kld_rows(lg, lse, target, meta, q, out, sl) -> None:
+    scale, lo = meta[:, 0].astype(np.float32), meta[:, 1].astype(np.float32)
+    lp_base = q.astype(np.float32)
+    lp_base *= scale[:, None]
+    lp_base += lo[:, None]
+    lp = np.subtract(lg, lse.astype(np.float32)[:, None])
+    idx = np.arange(len(target))
+    lpb_t = lp_base[idx, target].astype(np.float64)
+    out["nll_base"][sl] = -lpb_t
+    out["dp"][sl] = np.exp(lp[idx, target].astype(np.float64)) - np.exp(lpb_t)
+    out["same_top"][sl] = lp_base.argmax(axis=1) == lg.argmax(axis=1)
+    # KL(base || rung) over the base's entries above the floor: sum p_base * (lp_base - lp)
+    p_base = np.exp(lp_base)
+    p_base[lp_base <= -LOG_PROB_FLOOR] = 0.0
+    np.subtract(lp_base, lp, out=lp)
+    lp *= p_base
+    out["kld"][sl] = lp.sum(axis=1, dtype=np.float64)
+
+
+# -- the rule jobs -----------------------------------------------------------------------------
+def calibration_tokens(ctx, text: str, settings: dict | None, parse_special: bool = False) -> np.ndarray:
+    """The tokens an importance matrix was computed from: llama-imatrix reads the first
+    chunks x n_ctx tokens of its text (all of it when the settings are unknown)."""
+    toks = ctx.tokenize(text, add_special=True, parse_special=parse_special or bool((settings or {}).get("parse_special")))
+    if settings and settings.get("chunks") and settings.get("n_ctx"):
+        toks = toks[: int(settings["chunks"]) * int(settings["n_ctx"])]
+    return toks
+
+
+def _calibrations(ctx, cal: dict, calibration_files: list) -> list[dict]:
+    """The rung's calibration texts as the matrix saw them (tokens), or why that is unknown."""
+    if not cal:
+        return []  # no importance matrix: nothing to overlap with
+    if cal.get("corpus") is None:
+        return [{"corpus": None, "reason": f"the rung's importance matrix {cal.get('file')} was made elsewhere: "
+                                           "its calibration text is unknown"}]
+    text = Path(calibration_files[0]).read_text(encoding="utf-8")
+    return [{"corpus": cal["corpus"], "tokens": calibration_tokens(ctx, text, cal.get("settings"))}]
+
+
+def measure_pass(pt, corpus: str, ctx_label: str, *, corpus_file: str, corpus_info: str, reference: str | None,
+                 calibration: dict, calibration_files: list, spec: str, deadline: float | None, metrics_out: str) -> None:
+    """Rule perplexity: one pass (a corpus at a context) of one point (`pt`, quantladder.points):
+    PPL with llama-perplexity's protocol, KLD / Δp / same-top against the reference rung's stored
+    log-probabilities (identical tokens), and the share of the evaluation text that the rung's
+    calibration text (``calibration``: the matrix's corpus, settings and file) also holds."""
+    pt.config = pass_config(pt.config, corpus, ctx_label)  # the manifest's spec is this pass's
+    settings = pt.config["measures"]["perplexity"]
+    info = pt.model_record.get("info", pt.model_record)
+    proto = protocol(settings, info.get("n_ctx_train"), source=pt.model_path)
+    kind = "chat" if corpora.is_chat(settings["source"]) else "text"
+    text, parse_special = corpora.text_for_model(corpus_file, kind, pt.model_path)
+    reader = ReferenceReader(reference) if reference else None
+    with RawContext(pt.model_path, n_ctx=proto.context_tokens, n_batch=proto.batch_tokens, n_seq_max=proto.n_seq,
+                    kv=pt.kv, n_threads=pt.threads, n_gpu_layers=pt.config.get("gpu_layers", 0),
+                    flash_attn=pt.config.get("flash_attn")) as ctx:
+        res = run(ctx, text, proto, reference=reader, deadline=deadline, checkpoint=checkpoint_path(metrics_out),
+                  resume_key=spec, parse_special=parse_special)
+        engine = ctx.resolved
+        calibrations = _calibrations(ctx, calibration, calibration_files)
+    s = summarize(res)
+    rows = metric_rows(s, proto.n_ctx, subset=corpus)
+    ov = settings["overlap"]
+    ov_rows, ov_records = overlap_rows(res["tokens"], calibrations, corpus=corpus, n_ctx=proto.n_ctx,
+                                       ngram=ov["ngram"], flag_pct=ov["flag_pct"])
+    rows += ov_rows
+    data = {"name": corpus, **corpora.parse_name(corpus), "sha256": sha256_file(corpus_file),
+            "record": read_json(corpus_info), "kind": kind, "chat_template_parsed": parse_special,
+            "tokens_sha256": res["tokens_sha256"], "n_tokens_scored": s["n_tokens"], "n_chunks": s["n_chunks"],
+            "n_ctx": proto.n_ctx, "context": ctx_label, "n_batch": proto.n_batch, "calibration_overlap": ov_records}
+    if reader is not None:
+        data["reference_logits"] = read_json(Path(reference).with_suffix(".json"))
+    peak = peak_rss_bytes()
+    log.info("%s: PPL %.4f, %d tokens scored in %.1f s, peak RSS %.0f MiB", pass_name(corpus, ctx_label),
+             s["ppl"], s["n_tokens"], res["seconds"], peak / 2**20)
+    pt.write_metrics(metrics_out, rows, data=data, engine=engine,
+                     extra={"summary": s, "seconds": res["seconds"], "peak_rss_bytes": peak})
+
+
+def join_passes(pass_files: list, skipped: list[dict], *, spec: str, metrics_out: str, manifest_out: str) -> None:
+    """Rule perplexity_point: the point's passes joined into its perplexity/metrics.json (every row
+    keeps its corpus as subset). A pass the family cannot take (a chat corpus for a model without a
+    chat template) is listed in ``skipped`` and appears as absent rows with the reason."""
+    docs = [read_json(p) for p in pass_files]
+    if not docs:
+        raise ValueError("rule perplexity_point: no pass to join")
+    head = docs[0]
+    rows, corpora_data, statuses = [], {}, []
+    for d in docs:
+        rows += d["rows"]
+        data = d["manifest"].get("data") or {}
+        corpora_data[pass_name(data.get("name"), data.get("context"))] = data
+        statuses.append((d.get("status"), d.get("status_reason")))
+    for sk in skipped:
+        rows.append(metrics.row("ppl", None, subset=sk["corpus"], status="absent", status_reason=sk["reason"]))
+    man = dict(head["manifest"])
+    # One record per pass; the file-level data hash covers them all (each pass's manifest keeps its own).
+    man["data"] = {"name": "perplexity corpora", "corpora": corpora_data,
+                   "sha256": hash_obj(sorted(v.get("sha256") or "" for v in corpora_data.values()))}
+    man["spec_hash"] = spec
+    names = list(corpora_data)
+    man["passes"] = {k: d["manifest"]["spec_hash"] for k, d in zip(names, docs)}
+    order = ("ok", "unanchored", "incomplete", "absent", "failed", "blocked")
+    st, reason = max(statuses, key=lambda x: order.index(x[0]) if x[0] in order else 0)
+    doc = {"benchmark": "perplexity", "status": st, "status_reason": reason,
+           "incomplete": any(d.get("incomplete") for d in docs), "rows": rows, "manifest": man,
+           "passes": {k: {"seconds": d.get("seconds"), "peak_rss_bytes": d.get("peak_rss_bytes")}
+                      for k, d in zip(names, docs)}}
+    write_json(manifest_out, man)
+    write_json(metrics_out, doc)
+
+
+def reference_pass(cfg: dict, card: str, corpus: str, ctx_label: str, *, gguf: str, info: str, corpus_file: str,
+                   threads: int, spec: str, deadline: float | None, logits_out: str, info_out: str) -> None:
+    """Rule reference_logits: the reference rung's log-probabilities over the protocol's scored
+    positions, stored once per (card, family, corpus, context) and reused by every rung."""
+    check_same_card(card, cfg.get("card"))
+    settings = pass_settings(cfg, corpus, ctx_label)
+    ref = read_json(info)
+    proto = protocol(settings, (ref.get("info") or ref).get("n_ctx_train"), source=str(gguf))
+    kind = "chat" if corpora.is_chat(settings["source"]) else "text"
+    text, parse_special = corpora.text_for_model(corpus_file, kind, gguf)
+    header = {"model_sha256": ref["sha256"], "corpus_sha256": sha256_file(corpus_file), "kv": "f16",
+              "corpus": corpus, "context": ctx_label, "parse_special": parse_special}
+    with RawContext(gguf, n_ctx=proto.context_tokens, n_batch=proto.batch_tokens, n_seq_max=proto.n_seq,
+                    kv="f16", n_threads=threads, n_gpu_layers=cfg.get("gpu_layers", 0),
+                    flash_attn=cfg.get("flash_attn")) as ctx:
+        res = run(ctx, text, proto, write_reference=logits_out, ref_header=header, deadline=deadline,
+                  checkpoint=checkpoint_path(logits_out), resume_key=spec, parse_special=parse_special)
+    s = summarize(res)
+    peak = peak_rss_bytes()
+    log.info("reference %s: PPL %.4f, %d chunks of %d in %.1f s, peak RSS %.0f MiB", logits_out, s["ppl"],
+             s["n_chunks"], proto.n_ctx, res["seconds"], peak / 2**20)
+    write_json(info_out, {**header, "ppl": s["ppl"], "ppl_err": s["ppl_err"], "n_tokens": s["n_tokens"],
+                          "n_chunks": s["n_chunks"], "n_ctx": proto.n_ctx, "n_batch": proto.n_batch,
+                          "seconds": res["seconds"], "bytes": Path(logits_out).stat().st_size,
+                          "peak_rss_bytes": peak, "tokens_sha256": res["tokens_sha256"], "spec": spec})
