@@ -45,9 +45,9 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ConfigError, DataError
+from .corpus_names import NAME_RE, is_chat, parse_name  # noqa: F401 (the corpus's API)
 from .models import locate_package_file, resolve_source
 
-NAME_RE = re.compile(r"^(?P<domain>[a-z0-9]+)-(?P<language>[a-z0-9]+(?:-[a-z0-9]+)*)(?:\.(?P<part>[a-z0-9_]+))?$")
 BUILTINS = ("pydoc-topics", "python-stdlib", "stdlib-docstrings", "humaneval-chat")
 
 DEBIAN_REFERENCE_ROOT = "/usr/share/debian-reference"
@@ -65,15 +65,6 @@ DEBIAN_PARTS = {
 LANGID_CODES = {"zh-cn": "zh", "pt-br": "pt"}  # py3langid speaks ISO 639-1
 
 
-def parse_name(name: str) -> dict:
-    """``manual-zh-cn.calib`` -> {domain: manual, language: zh-cn, part: calib}."""
-    m = NAME_RE.match(name)
-    if not m:
-        raise ConfigError(f"corpora.{name}: a corpus is named <domain>-<language>[.<part>] in lowercase "
-                          "(e.g. prose-en, code-python, manual-zh-cn, manual-es.calib); see docs/corpora.md")
-    return {"domain": m["domain"], "language": m["language"], "part": m["part"]}
-
-
 @dataclass
 class Corpus:
     """A materialized corpus: its text (for ``kind == "chat"``, one JSON conversation per line) and
@@ -82,10 +73,6 @@ class Corpus:
     text: str
     kind: str = "text"  # text | chat
     record: dict = field(default_factory=dict)
-
-
-def is_chat(source: dict) -> bool:
-    return source.get("builtin") == "humaneval-chat"
 
 
 # -- sources -----------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...corpus_names import is_chat, parse_name
 from ...errors import ConfigError, DataError
 
 
@@ -75,8 +76,6 @@ def passes(cfg: dict) -> list[tuple[str, str]]:
                 raise ConfigError(f"measures.perplexity.long: corpus {c} at {label} is already an evaluation pass "
                                   "(measures.perplexity.corpora at n_ctx); give the long pass another context")
             out.append((c, label))
-    from ...corpora import parse_name
-
     for c, _ in out:  # the name is every row's subset: domain and language must be readable from it
         parse_name(c)
     return out
@@ -85,8 +84,6 @@ def passes(cfg: dict) -> list[tuple[str, str]]:
 def family_passes(cfg: dict, family: str) -> tuple[list[tuple[str, str]], list[dict]]:
     """The passes a family takes, and those it cannot (with the reason): a chat corpus needs a chat
     model (``families.<f>.chat``), whose template renders it."""
-    from ...corpora import is_chat
-
     corpora = cfg.get("corpora") or {}
     chat = cfg["families"][family].get("chat", True)
     run, skipped = [], []
