@@ -11,14 +11,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
 
-from quantladder import manifest  # noqa: E402
+from quantladder import benchmarks  # noqa: E402
 from quantladder.io import JsonlFile, read_json, sha256_file, write_json  # noqa: E402
 from quantladder.scriptutil import main  # noqa: E402
 
 
 def run(smk):
     task, family = smk.wildcards.task, smk.wildcards.family
-    bench = manifest.task(smk.config, task)
+    bench = benchmarks.configured(smk.config, task)
     source = read_json(smk.input.source)
     log = logging.getLogger(f"quantladder.{task}")
     items, facts = bench.build_items(source, reference_gguf=str(smk.input.gguf),

@@ -5,13 +5,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "workflow"))
 
-from quantladder import manifest  # noqa: E402
+from quantladder import benchmarks  # noqa: E402
 from quantladder.io import write_json  # noqa: E402
 from quantladder.scriptutil import log, main  # noqa: E402
 
 
 def run(smk):
-    bench = manifest.task(smk.config, smk.wildcards.task)
+    bench = benchmarks.configured(smk.config, smk.wildcards.task)
     out = Path(smk.output[0])
     record = bench.fetch_source(str(out.parent))
     record["key"] = smk.params.key

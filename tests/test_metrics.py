@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from quantladder import dataset, metrics
+from quantladder import catalog, dataset, metrics  # noqa: F401  (catalog: every figure declared)
 from quantladder.metrics import Metric, MetricError
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import status
+from . import metrics, status
 from .io import atomic_path, read_json
 
 # (column, arrow type, unit or meaning). This table is the documented schema (README links it).
@@ -80,9 +80,8 @@ def metric_row(metric: str, value, unit: str, *, stderr=None, n=None, subset=Non
                higher_is_better: bool | None = None, status: str | None = None,
                status_reason: str | None = None) -> dict:
     """One metric row as measures and benchmarks write it: checked against the metric registry
-    (an undeclared metric, another unit or another direction is an error)."""
-    from . import metrics
-
+    (an undeclared metric, another unit or another direction is an error). To delete once the
+    perplexity measure writes its rows through ``metrics.row`` as every other producer does."""
     r = metrics.row(metric, value, unit=unit, stderr=stderr, n=n, subset=subset, n_ctx=n_ctx, status=status,
                     status_reason=status_reason)
     if higher_is_better is not None and higher_is_better != r["higher_is_better"]:

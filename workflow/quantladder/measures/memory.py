@@ -16,7 +16,7 @@ import re
 import resource
 import sys
 
-from ..dataset import metric_row
+from ..metrics import row
 
 _BUF = re.compile(r"(\w+)\s+compute buffer size\s*=\s*([\d.]+)\s*MiB")
 _KV = re.compile(r"llama_kv_cache(?:_unified)?:\s+(\w+) KV buffer size\s*=\s*([\d.]+)\s*MiB")
@@ -123,8 +123,6 @@ def measure(model_path: str, info, *, n_ctx: int, kv: str = "f16", n_threads: in
 
 
 def metric_rows(r: dict) -> list[dict]:
-    from ..metrics import row
-
     n_ctx = r["n_ctx"]
     probe = r.get("probe") or {"method": "rss", "status": "ok"}
     rows = [
