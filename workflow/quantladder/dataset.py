@@ -71,7 +71,6 @@ COLUMNS: list[tuple[str, pa.DataType, str]] = [
 ]
 SCHEMA = pa.schema([pa.field(n, t) for n, t, _ in COLUMNS])
 
-STATUSES = status.ORDER
 # The `imatrix` of a prebuilt rung: made by a third party, with or without a matrix (not recorded).
 IMATRIX_UNKNOWN = "unknown (prebuilt file)"
 

@@ -69,10 +69,6 @@ def whole(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[((kind == "null") & rows["subset"].isna()) | (kind == "only")]
 
 
-def point_key(row) -> tuple:
-    return tuple(row[c] for c in POINT)
-
-
 def point_table(df: pd.DataFrame) -> pd.DataFrame:
     """One row per point: its rung facts (bits per weight, bytes, params, reference flag)."""
     agg = (df.groupby(POINT, dropna=False)
