@@ -14,13 +14,12 @@ import math
 from collections import Counter
 from pathlib import Path
 
-from ... import metrics, sandbox
+from ... import metrics
 from ...engine import Request
 from ...metrics import Metric
 from ..base import Benchmark, Env, Item
 from . import data, prompts, score
 from .data import LIVE, MULTI_TURN, NO_ANSWER
-from .multiturn import SandboxExecutor, drive_item
 from .score import SCORER_VERSION
 
 __all__ = ["SCORER_VERSION", "BFCL", "NON_LIVE_AST", "headline_weights"]
@@ -102,9 +101,13 @@ class BFCL(Benchmark):
         return items, {"data_version": source["version"], "data_sha256": source["sha256"]}
 
     # -- generation ----------------------------------------------------------------------------
+    # The sandbox (and multiturn, which drives it) is imported inside the methods that use it: the
+    # generation host of a single-turn benchmark never loads what runs model-written code.
     def open_env(self, source, stage):
         if not self.multi_turn:
             return Env(source)
+        from .multiturn import SandboxExecutor
+
         s = self.settings
         return Env(source, SandboxExecutor(source["root"], backend=s["sandbox_backend"], python=s["sandbox_python"],
                                            wall_s=s["sandbox_wall_s"]))
@@ -112,11 +115,15 @@ class BFCL(Benchmark):
     def scoring_setup(self):
         if not self.multi_turn:
             return {}
+        from ... import sandbox
+
         return {"sandbox": sandbox.check_backend(self.settings["sandbox_backend"])}
 
     def drive(self, item, engine, env):
         s = self.settings
         if item.subset in MULTI_TURN:
+            from .multiturn import drive_item
+
             return (yield from drive_item(engine, env.root, item.data, env.executor, max_tokens=s["max_tokens"],
                                           step_limit=s["step_limit"]))
         prompt = engine.chat_prompt(prompts.first_messages(env.root, item.data))

@@ -17,7 +17,7 @@ import math
 
 from ...errors import ConfigError, DataError
 from ...metrics import row
-from . import checker, multiturn, parse
+from . import checker, parse
 from .data import LIVE, MULTI_TURN, NO_ANSWER
 from .prompts import language_of
 
@@ -93,6 +93,8 @@ def verdicts(items: list[dict], generations: list[dict], *, executor=None) -> li
         if it["category"] in MULTI_TURN:
             if executor is None:
                 raise ConfigError("bfcl multi-turn scoring needs the sandbox executor")
+            from . import multiturn  # the sandbox's driver: loaded only where multi-turn items are scored
+
             v = multiturn.verdict(it, g, executor)
         else:
             v = verdict(it, g["text"])

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import math
 
-from ... import metrics, sandbox
+from ... import metrics
 from ...engine import Request
 from ...metrics import Metric
 from ..base import Benchmark, Item
 from . import data, prompts
 from .data import Item as CodeItem
 from .extract import extract_code
-from .score import SCORER_VERSION, ScoreSettings, score_generations
 
 SUITE_VERSION = "code-prompts-1"  # BigCodeBench's chat prompt through the GGUF template, greedy
 
@@ -38,7 +37,15 @@ class _CodeSuite(Benchmark):
     generation_settings = ("max_new_tokens", "n_ctx")
     scoring_settings = ("timeout_s", "sandbox")
 
-    scorer_version = SCORER_VERSION  # declared once, beside the scorer
+    # The scoring methods import the scorer and the sandbox inside them: the generation host never
+    # loads what runs model-written code (tests/test_code.py).
+
+    @property
+    def scorer_version(self) -> str:
+        """Declared once, beside the scorer (quantladder.benchmarks.code.score)."""
+        from .score import SCORER_VERSION
+
+        return SCORER_VERSION
 
     # -- items ---------------------------------------------------------------------------------
     def build_items(self, source, *, reference_gguf=None, family=None, threads=1, log=None):
@@ -74,6 +81,8 @@ class _CodeSuite(Benchmark):
 
     # -- scoring -------------------------------------------------------------------------------
     def verdicts(self, items, generations, ctx):
+        from .score import ScoreSettings, score_generations
+
         settings = ScoreSettings.from_config(self.settings)
         code_items = [self.code_item(it) for it in items if it.id in generations]
         gens = [{**generations[it.item_id], "item_id": it.item_id} for it in code_items]
@@ -86,6 +95,9 @@ class _CodeSuite(Benchmark):
         return rows
 
     def scoring_setup(self):
+        from ... import sandbox
+        from .score import ScoreSettings
+
         # Refuse, with install instructions, before anything runs: there is no unsandboxed fallback.
         return {"sandbox": sandbox.check_backend(ScoreSettings.from_config(self.settings).backend)}
 
