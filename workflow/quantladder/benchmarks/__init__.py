@@ -18,7 +18,8 @@ from .ruler import Ruler
 __all__ = ["Benchmark", "Item", "ScoringContext", "names", "get", "create", "configured"]
 
 # Importing the exams declares their metrics; their heavy dependencies (llama.cpp, tree-sitter,
-# numpy) load only when a method needs them.
+# numpy) and what runs model-written code (the sandbox, the code scorer) load only when a method
+# needs them.
 _CLASSES: dict[str, type[Benchmark]] = {cls.name: cls for cls in (BFCL, HumanEval, BigCodeBenchHard, Ruler)}
 
 

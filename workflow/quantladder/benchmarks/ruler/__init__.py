@@ -3,7 +3,8 @@
 One shape, as every benchmark here: items (``build``: RULER's generators in ``tasks``, haystacks in
 ``haystack``, QA data in ``qa``) -> prompts in the model's own chat template -> answers (the
 package's generation loop, resumable) -> verdicts and scores (``score``: string_match_all /
-string_match_part, per task and length, the average per length, the effective length). KV-cache types come from the point, never from here.
+string_match_part, per task and length, the average per length, the effective length). KV-cache
+types come from the point, never from here.
 """
 
 from __future__ import annotations
