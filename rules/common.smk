@@ -360,9 +360,7 @@ def get_items_key(wildcards):
 
 def get_generation_key(wildcards):
     w = wildcards
-    return qmanifest.generation_key(
-        _task_cfg(w), w.card, w.family, w.rung, w.kv, w.task
-    )
+    return qmanifest.spec_hash(_task_cfg(w), w.card, w.family, w.rung, w.kv, w.task)
 
 
 def get_scoring_key(wildcards):
@@ -402,7 +400,10 @@ def get_early_stop_reference(wildcards):
     """With early stopping on, a rung's generation needs its reference point's verdicts (the same
     card, KV type and series; the reference point itself runs every item)."""
     w = wildcards
-    if not qmanifest.task(_task_cfg(w), w.task).early_stop or w.series != "points":
+    if (
+        not qbenchmarks.configured(_task_cfg(w), w.task).early_stop
+        or w.series != "points"
+    ):
         return []
     ref = qconfig.reference_rung(config, w.family)
     if w.rung == ref:

@@ -7,14 +7,14 @@ same items; the file's sha256 enters each point's manifest.
 
 import logging
 
-from quantladder import manifest
+from quantladder import benchmarks
 from quantladder.io import JsonlFile, read_json, sha256_file, write_json
 from quantladder.scriptutil import main, mock_from_argv
 
 
 def run(smk):
     task, family = smk.wildcards.task, smk.wildcards.family
-    bench = manifest.task(smk.config, task)
+    bench = benchmarks.configured(smk.config, task)
     source = read_json(smk.input.source)
     log = logging.getLogger(f"quantladder.{task}")
     items, facts = bench.build_items(source, reference_gguf=str(smk.input.gguf),

@@ -2,13 +2,13 @@
 
 from pathlib import Path
 
-from quantladder import manifest
+from quantladder import benchmarks
 from quantladder.io import write_json
 from quantladder.scriptutil import log, main, mock_from_argv
 
 
 def run(smk):
-    bench = manifest.task(smk.config, smk.wildcards.task)
+    bench = benchmarks.configured(smk.config, smk.wildcards.task)
     out = Path(smk.output[0])
     record = bench.fetch_source(str(out.parent))
     record["key"] = smk.params.key

@@ -40,20 +40,20 @@ def test_every_schema_key_is_in_exactly_one_settings_group(name):
 def test_generation_and_scoring_keys_move_apart():
     cfg = config.load()
     args = ("c", next(iter(cfg["families"])), "Q4_K_M", "f16", "humaneval")
-    g, s = manifest.generation_key(cfg, *args), manifest.scoring_key(cfg, *args)
+    g, s = manifest.spec_hash(cfg, *args), manifest.scoring_key(cfg, *args)
     cfg2 = json.loads(json.dumps(cfg))
     cfg2["benchmarks"]["humaneval"]["timeout_s"] = 9.5
-    assert manifest.generation_key(cfg2, *args) == g and manifest.scoring_key(cfg2, *args) != s
+    assert manifest.spec_hash(cfg2, *args) == g and manifest.scoring_key(cfg2, *args) != s
     cfg3 = json.loads(json.dumps(cfg))
     cfg3["benchmarks"]["humaneval"]["max_new_tokens"] = 64
-    assert manifest.generation_key(cfg3, *args) != g and manifest.scoring_key(cfg3, *args) != s
+    assert manifest.spec_hash(cfg3, *args) != g and manifest.scoring_key(cfg3, *args) != s
     cfg4 = json.loads(json.dumps(cfg))
     cfg4["benchmarks"]["humaneval"]["limit"] = 20  # item selection: not a reply's key
-    assert manifest.generation_key(cfg4, *args) == g
+    assert manifest.spec_hash(cfg4, *args) == g
     assert manifest.items_key(cfg4, args[1], "humaneval") != manifest.items_key(cfg, args[1], "humaneval")
     cfg5 = json.loads(json.dumps(cfg))
     cfg5.setdefault("generation", {})["n_parallel"] = 3  # batching changes replies
-    assert manifest.generation_key(cfg5, *args) != g
+    assert manifest.spec_hash(cfg5, *args) != g
 
 
 def _bad(cfg_patch):

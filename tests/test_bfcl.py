@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from quantladder.benchmarks.bfcl import checker, data, parse, prompts, run, score
+from quantladder.benchmarks.bfcl import checker, data, parse, prompts, score
 from quantladder.errors import DataError
 
 BFCL_VERSION = "2026.3.23"

@@ -2,7 +2,7 @@
 
 import math
 
-from quantladder import aggregate as flips
+from quantladder import flips
 
 
 def v(pairs):

@@ -1,5 +1,5 @@
 """`quantladder plan` on a small dataset made by the real producers: per-point metrics.json with rows from
-quantladder.dataset.metric_row and the speed measure's row writer, per-item verdicts.jsonl, and the
+quantladder.metrics.row and the speed measure's row writer, per-item verdicts.jsonl, and the
 aggregate that turns them into flip rows and the Parquet dataset."""
 
 import json
@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from quantladder import aggregate, cli, dataset, plan, stats
-from quantladder.dataset import metric_row
+from quantladder.metrics import row
 from quantladder.io import append_jsonl, write_json
 from quantladder.measures import speed
 
@@ -66,11 +66,11 @@ def ds(tmp_path_factory):
         for bench, (n, losses, gains) in (("humaneval", (HE_N, hl, hg)), ("ruler", (RULER_N, rl, rg))):
             rows = []
             for n_ctx, (items, pt, ot, sec) in GEN[bench].items():
-                rows += [metric_row("generation_items", items, "items", n_ctx=n_ctx),
-                         metric_row("generation_prompt_tokens", pt, "tokens", n_ctx=n_ctx),
-                         metric_row("generation_output_tokens", ot, "tokens", n_ctx=n_ctx),
-                         metric_row("generation_seconds", sec * 40.0 / tg, "s", n_ctx=n_ctx),
-                         metric_row("n_parallel", 1, "1", n_ctx=n_ctx)]
+                rows += [row("generation_items", items, unit="items", n_ctx=n_ctx),
+                         row("generation_prompt_tokens", pt, unit="tokens", n_ctx=n_ctx),
+                         row("generation_output_tokens", ot, unit="tokens", n_ctx=n_ctx),
+                         row("generation_seconds", sec * 40.0 / tg, unit="s", n_ctx=n_ctx),
+                         row("n_parallel", 1, unit="1", n_ctx=n_ctx)]
             _, rung_v = _verdicts(n, losses, gains)
             paths.append(_write_point(root, rung, bench, rows, rung_v))
     rows = aggregate.collect(paths)

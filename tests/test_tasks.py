@@ -253,9 +253,8 @@ def test_a_check_edit_moves_the_scoring_key_only_and_a_prompt_edit_the_items(tmp
     args = ("c", fam, "Q4_K_M", "f16", "tasks")
 
     def keys():
-        manifest._bench.cache_clear()
         cfg = _cfg(tmp_path, p)
-        return (manifest.items_key(cfg, fam, "tasks"), manifest.generation_key(cfg, *args),
+        return (manifest.items_key(cfg, fam, "tasks"), manifest.spec_hash(cfg, *args),
                 manifest.scoring_key(cfg, *args), manifest.source_key(cfg, "tasks"))
 
     k0 = keys()

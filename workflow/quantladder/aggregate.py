@@ -8,7 +8,8 @@ The comparisons, with their one documented choice of reference (docs/dataset.md)
   (reference, the family's first KV type). Perplexity/KLD differ on purpose: they are measured against
   the reference rung's stored f16-KV log-probs (their KV cost is inside the figure).
 - **Flips** (``flip_rate`` and its two directions) and **identical replies**
-  (``identical_to_reference``) over the items both points have, whole and per subset.
+  (``identical_to_reference``) over the items both points have, whole and per subset (counted by
+  ``quantladder.flips``).
 - **The noise floor**: the reference rung generated a second time at another batch setting (the
   ``noise`` series, quantladder.config): the share of byte-identical replies (``noise_identical_share``)
   and the verdict flip rate (``noise_flip_rate``) between two runs that should agree. A rung whose flip
@@ -25,83 +26,16 @@ The per-item files it reads (verdicts.jsonl, generations.jsonl) are declared inp
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 
 from . import dataset, deltas, metrics
 from .errors import CardMismatchError
+from .flips import flip_metric_rows, flips, generation_hash_value, identical, share
 from .io import read_json, read_jsonl
-from .metrics import TASK, Metric
 
 log = logging.getLogger(__name__)
 
-metrics.declare(
-    Metric("flip_rate", "%", "items whose verdict differs from the reference point's (either way)", (TASK,),
-           higher_is_better=False, stderr="se", group="flips"),
-    Metric("flips_right_to_wrong", "%", "items the reference got right and this point wrong", (TASK,),
-           higher_is_better=False, stderr="se", group="flips"),
-    Metric("flips_wrong_to_right", "%", "items the reference got wrong and this point right", (TASK,),
-           higher_is_better=True, stderr="se", group="flips"),
-    Metric("identical_to_reference", "%", "items whose reply is byte-identical to the reference point's", (TASK,),
-           higher_is_better=True, stderr="se", group="flips"),
-    Metric("noise_flip_rate", "%", "the noise floor: items whose verdict differs between the reference rung "
-           "and the same rung generated again at another batch setting", (TASK,), higher_is_better=False,
-           stderr="se", group="noise"),
-    Metric("noise_identical_share", "%", "the noise floor: items whose reply is byte-identical between those "
-           "two runs", (TASK,), higher_is_better=True, stderr="se", group="noise"),
-    Metric("generation_hash", "sha256[:52]", "one row per item (subset = item id): the first 52 bits of "
-           "sha256(reply), exact in a float64; the cross-card identical-output share compares them", (TASK,),
-           per_item=True),
-)
-
 POINT_KEY = ("card", "family", "rung", "kv")
-
-
-def _share(k: int, n: int) -> tuple[float | None, float | None]:
-    if n == 0:
-        return None, None
-    p = k / n
-    return 100 * p, 100 * math.sqrt(p * (1 - p) / n)
-
-
-def flips(reference: list[dict], other: list[dict]) -> dict:
-    """Verdict changes between two points over their common items, counted both ways (two rungs with
-    the same score can disagree on many items)."""
-    ref = {v["item_id"]: bool(v["correct"]) for v in reference}
-    oth = {v["item_id"]: bool(v["correct"]) for v in other}
-    common = sorted(set(ref) & set(oth))
-    n = len(common)
-    r2w = sum(1 for i in common if ref[i] and not oth[i])
-    w2r = sum(1 for i in common if not ref[i] and oth[i])
-    out = {"n_items": n, "right_to_wrong": r2w, "wrong_to_right": w2r,
-           "missing_in_reference": len(set(oth) - set(ref)), "missing_in_rung": len(set(ref) - set(oth))}
-    out["flip_rate_pct"], out["flip_rate_err_pct"] = _share(r2w + w2r, n)
-    out["right_to_wrong_pct"], out["right_to_wrong_err_pct"] = _share(r2w, n)
-    out["wrong_to_right_pct"], out["wrong_to_right_err_pct"] = _share(w2r, n)
-    return out
-
-
-def flip_metric_rows(f: dict, subset: str | None = None, noise: bool = False) -> list[dict]:
-    n = f["n_items"]
-    if not n:
-        return []
-    if noise:
-        return [metrics.row("noise_flip_rate", f["flip_rate_pct"], stderr=f["flip_rate_err_pct"], n=n, subset=subset)]
-    return [
-        metrics.row("flip_rate", f["flip_rate_pct"], stderr=f["flip_rate_err_pct"], n=n, subset=subset),
-        metrics.row("flips_right_to_wrong", f["right_to_wrong_pct"], stderr=f["right_to_wrong_err_pct"], n=n,
-                    subset=subset),
-        metrics.row("flips_wrong_to_right", f["wrong_to_right_pct"], stderr=f["wrong_to_right_err_pct"], n=n,
-                    subset=subset),
-    ]
-
-
-def identical(reference: list[dict], other: list[dict]) -> tuple[int, int]:
-    """(byte-identical replies, common items) between two generations files."""
-    ref = {g["item_id"]: g.get("text") for g in reference}
-    oth = {g["item_id"]: g.get("text") for g in other}
-    common = set(ref) & set(oth)
-    return sum(1 for i in common if ref[i] == oth[i]), len(common)
 
 
 class Point:
@@ -221,7 +155,7 @@ def _pair_rows(ref: Point, p: Point, base: dict, *, noise: bool) -> list[dict]:
                 flips([v for v in rv if v.get("subset") == s], [v for v in pv if v.get("subset") == s]), s, noise)]
     same, n = identical(ref.generations() or [], p.generations() or [])
     if n:
-        value, se = _share(same, n)
+        value, se = share(same, n)
         name = "noise_identical_share" if noise else "identical_to_reference"
         out.append(_with(base, metrics.row(name, value, stderr=se, n=n)))
     return out
@@ -229,8 +163,6 @@ def _pair_rows(ref: Point, p: Point, base: dict, *, noise: bool) -> list[dict]:
 
 def generation_hash_rows(points: list[Point]) -> list[dict]:
     """One row per generated item (metric `generation_hash`, subset = item id)."""
-    from .dataset_view import generation_hash_value
-
     out = []
     for p in points:
         if p.series != "points":

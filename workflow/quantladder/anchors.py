@@ -5,16 +5,30 @@ Outcome per (card, benchmark), written to results/{card}/anchors/{benchmark}.jso
   failed      outside tolerance: the harness is wrong; the benchmark's points do not measure
   unanchored  no anchor configured or reachable (offline, gated, needs a GPU): points run and are
               marked `unanchored` everywhere they are shown, with the reason
+
+A task benchmark's gate reproduces the published score with this very harness: the anchor model
+through the benchmark's own items, generation loop and score stage, as every point. A benchmark is
+data (``Benchmark.anchor_bench`` says what an entry runs with); running it is done here, in two steps,
+so that a benchmark that runs model-written code scores its anchor on the scoring host.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import functools
+import statistics
 from pathlib import Path
 
 import yaml
 
-from .errors import ConfigError, QuantladderError
+from . import HARNESS_VERSION, benchmarks, generation, scoring
+from .benchmarks import Benchmark, Item, ScoringContext
+from .engine import Engine, EngineSettings
+from .errors import ConfigError, DataError, QuantladderError
+from .io import JsonlFile, hash_obj, read_json, read_jsonl, write_json
+from .llama_tools import library_backend, library_version
+from .manifest import anchor_run_key, gate_settings
+from .models import resolve_source
 
 DEFAULT_TOLERANCE = 5.0
 
@@ -59,8 +73,6 @@ def cannot_run(entry: dict, card_identity: dict) -> str | None:
 def generate(benchmark: str, entries: list[dict], card_identity: dict, section: dict | None, cache_dir) -> dict:
     """The generation half of a task benchmark's gate (the GPU host): each entry's replies, or why
     there are none (unreachable model or data). The gate scores them on the scoring host."""
-    from . import benchmarks
-
     out = {}
     bench = benchmarks.create(benchmark, section or {})
     for i, e in enumerate(x for x in entries if x["benchmark"] == benchmark):
@@ -69,7 +81,7 @@ def generate(benchmark: str, entries: list[dict], card_identity: dict, section: 
             out[str(i)] = {"skipped": why}
             continue
         try:
-            out[str(i)] = bench.anchor_generate(e, cache_dir)
+            out[str(i)] = generate_replies(bench, e, cache_dir)
         except QuantladderError as err:  # unreachable model, offline hub, gated repo
             out[str(i)] = {"error": f"anchor not reachable: {err}"}
     return out
@@ -97,10 +109,8 @@ def evaluate(benchmark: str, entries: list[dict], card_identity: dict, run_ancho
             if "error" in g or "skipped" in g:
                 results.append({"entry": e, "status": "unanchored", "reason": g.get("error") or g.get("skipped")})
                 continue
-            from . import benchmarks
-
             b = benchmarks.create(benchmark, section or {})
-            e_runner = lambda e, g=g, b=b: b.anchor_verdict(e, g)  # noqa: E731
+            e_runner = lambda e, g=g, b=b: verdict(b, e, g)  # noqa: E731
         else:
             e_runner = None
         runner = run_anchor or e_runner or _module_runner(benchmark, section)
@@ -132,13 +142,60 @@ def evaluate(benchmark: str, entries: list[dict], card_identity: dict, run_ancho
 
 
 def _module_runner(benchmark: str, section: dict | None = None):
-    """The task benchmark's anchor runner, found through the Benchmark registry: the anchor model
-    through the benchmark's own items, generation loop and score stage (quantladder.benchmarks)."""
-    from . import benchmarks
-
+    """The task benchmark's anchor runner, found through the Benchmark registry: both steps in one
+    process (the benchmarks that run no model-written code)."""
     if benchmark not in benchmarks.names():
         return None
-    return benchmarks.create(benchmark, section or {}).anchor_score
+    return functools.partial(reproduce, benchmarks.create(benchmark, section or {}))
+
+
+def generate_replies(bench: Benchmark, entry: dict, cache_dir) -> dict:
+    """Generate the anchor's replies (resumable under ``cache_dir``); returns what scoring needs.
+    An unreachable model or dataset raises a QuantladderError: the gate says "unanchored" and why."""
+    run = bench.anchor_bench(entry)
+    model = str(resolve_source(entry["model"]))
+    key = anchor_run_key(entry, run)
+    cache = Path(cache_dir) / key
+    cache.mkdir(parents=True, exist_ok=True)
+    source = run.fetch_source(str(cache / "source"))
+    items, _ = run.build_items(source, reference_gguf=model, family={"chat": entry.get("chat", True)})
+    JsonlFile(cache / "items.jsonl").write([it.to_json() for it in items])
+    n_par = int(entry.get("n_parallel", 1))
+    gpu_layers = int(entry.get("gpu_layers", 999))
+    loop = generation.Loop(
+        run, items, key=key, store_dir=cache,
+        n_parallel=n_par, label=f"anchor {run.name} {entry['model'].get('label', model)}",
+        engine_for=lambda n: Engine(model, EngineSettings(n_ctx=n, kv="f16", n_gpu_layers=gpu_layers,
+                                                          n_parallel=n_par)),
+        env=run.open_env(source, "generate"))
+    res = loop.run()
+    generation.write_outputs(res, cache / "generations.jsonl", cache / "generations.json")
+    write_json(cache / "source.json", source)
+    return {"cache": str(cache)}
+
+
+def verdict(bench: Benchmark, entry: dict, generated: dict, threads: int = 1) -> float:
+    """Score the anchor's saved replies and return the figure the entry names (metric, subset, n_ctx)."""
+    run = bench.anchor_bench(entry)
+    cache = Path(generated["cache"])
+    source = read_json(cache / "source.json")
+    run.scoring_setup()  # the sandbox, before anything runs
+    items = [Item.from_json(r) for r in read_jsonl(cache / "items.jsonl")]
+    records = read_jsonl(cache / "generations.jsonl")
+    meta = read_json(cache / "generations.json")
+    out = scoring.score(run, items, records, meta, key=meta["key"], store_dir=cache,
+                        ctx=ScoringContext(run.open_env(source, "score"), threads=threads))
+    want = (entry["metric"], entry.get("subset"), entry.get("n_ctx"))
+    for r in out.rows:
+        if (r["metric"], r["subset"]) == want[:2] and (want[2] is None or r.get("n_ctx") == want[2]):
+            return float(r["value"])
+    raise DataError(f"anchor: {run.name} wrote no {want[0]!r} with subset {want[1]!r}"
+                    + (f" at n_ctx {want[2]}" if want[2] else ""))
+
+
+def reproduce(bench: Benchmark, entry: dict, cache_dir="resources/anchors") -> float:
+    """Both steps in one process: the replies under ``cache_dir/<benchmark>``, then their figure."""
+    return verdict(bench, entry, generate_replies(bench, entry, Path(cache_dir) / bench.name))
 
 
 # -- the offline gates: llama.cpp's own tools as the anchor of perplexity and speed -------------
@@ -178,12 +235,6 @@ def tool_gate_enabled(cfg: dict, measure: str) -> bool:
 
 def tool_gate_key(cfg: dict, family: str, measure: str) -> str:
     """What decides a tool gate's outcome: its settings, the measure's, the reference, the engine."""
-    from . import HARNESS_VERSION
-    from .io import hash_obj
-    from .llama_tools import library_backend, library_version
-
-    from .manifest import gate_settings
-
     fam = cfg["families"][family]
     settings = gate_settings(cfg, measure)
     extra = {}
@@ -212,8 +263,6 @@ def judge_ppl(ours: float, theirs: float, tolerance_pct: float) -> dict:
 def judge_speed(ours_rounds: list[float], theirs_rounds: list[float], tolerance_pct: float, test: str,
                 t: float | None = None) -> dict:
     """Per-round means of tokens/s on both sides (interleaved rounds) -> the gate's verdict."""
-    import statistics
-
     if len(ours_rounds) != len(theirs_rounds) or len(ours_rounds) < 2:
         raise QuantladderError(f"speed gate {test}: needs at least 2 paired rounds, got {len(ours_rounds)}")
     ratios = [o / r for o, r in zip(ours_rounds, theirs_rounds)]

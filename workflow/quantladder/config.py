@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import yaml
 
+from . import benchmarks
 from .errors import ConfigError
 from .generation_policy import GenerationPolicy
+from .kv_policy import parse_kv
+from .ladder import plan, rung_name
+from .models import source_kind
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO_ROOT / "config" / "config.schema.yaml"
@@ -82,8 +87,6 @@ def check_types(cfg: dict, source: str = "config") -> None:
 
 def validate_benchmarks(cfg: dict, source: str = "config") -> None:
     """Every `benchmarks:` section names a registered benchmark and passes that benchmark's schema."""
-    from . import benchmarks
-
     for name, section in (cfg.get("benchmarks") or {}).items():
         benchmarks.get(name, where=f"{source}: benchmarks")  # unknown: the known names + a did-you-mean
         if not isinstance(section, dict):
@@ -97,10 +100,6 @@ def validate_benchmarks(cfg: dict, source: str = "config") -> None:
 
 def check_semantics(cfg: dict, source: str = "config") -> None:
     """What a schema cannot say: cross-references between keys."""
-    from .kv_policy import parse_kv
-    from .ladder import plan, rung_name
-    from .models import source_kind
-
     for name, fam in cfg.get("families", {}).items():
         source_kind(fam["source"])
         ref = fam.get("reference", "F16")
@@ -123,8 +122,6 @@ def check_semantics(cfg: dict, source: str = "config") -> None:
 
 def task_runs_for(cfg: dict, task: str, family: str) -> bool:
     """A chat benchmark needs a chat template: a base model (``chat: false``) does not take it."""
-    from . import benchmarks
-
     return not (benchmarks.get(task).needs_chat and not cfg["families"][family].get("chat", True))
 
 
@@ -140,8 +137,6 @@ def noise_config(cfg: dict) -> dict:
     hit = _NOISE_CACHE.get(id(cfg))
     if hit is not None and hit[0] is cfg:
         return hit[1]
-    import copy
-
     out = copy.deepcopy(cfg)
     out.setdefault("generation", {})["n_parallel"] = GenerationPolicy.of(cfg).noise_n_parallel
     for sec in (out.get("benchmarks") or {}).values():
@@ -152,8 +147,6 @@ def noise_config(cfg: dict) -> dict:
 
 
 def scoring_env_file(cfg: dict, task: str) -> str | None:
-    from . import benchmarks
-
     return getattr(benchmarks.get(task), "scoring_env", None)
 
 
@@ -170,8 +163,6 @@ def rungs(cfg: dict, family: str) -> list[str]:
     """The family's rungs, reference first, then made rungs, then prebuilt ones."""
     fam = cfg["families"][family]
     out = [reference_rung(cfg, family)]
-    from .ladder import rung_name
-
     out += [rung_name(r) for r in fam.get("rungs", []) if rung_name(r) != out[0]]
     out += list(fam.get("prebuilt", {}))
     return out
@@ -183,8 +174,6 @@ def rung_kind(cfg: dict, family: str, rung: str) -> str:
         return "reference"
     if rung in fam.get("prebuilt", {}):
         return "prebuilt"
-    from .ladder import rung_name
-
     made = fam.get("rungs", [])
     if rung in made or any(rung_name(r) == rung for r in made):
         return "quantized"
@@ -204,6 +193,13 @@ def points(cfg: dict) -> list[tuple[str, str, str]]:
 def rung_options(cfg: dict, family: str, rung: str) -> dict:
     """What makes one rung's file: type, tensor-type recipe, matrix (corpus + settings) and options
     (quantladder.ladder.plan: global defaults overridden by the family's per-rung entry)."""
-    from .ladder import plan
-
     return plan(cfg, family, rung)
+
+
+def runs_tasks(cfg: dict, family: str, rung: str) -> bool:
+    """Whether a rung also runs the task benchmarks: every rung unless the family lists
+    ``task_rungs`` (the reference always does: flips are counted against it)."""
+    listed = cfg["families"][family].get("task_rungs")
+    if listed is None:
+        return True
+    return rung == reference_rung(cfg, family) or rung in [rung_name(r) for r in listed]

@@ -44,6 +44,10 @@ from pathlib import Path
 
 import numpy as np
 
+# The one import up a floor: the HumanEval corpus is the code benchmark's own items and prompts, read
+# from there rather than copied (its modules import nothing that reads corpora).
+from .benchmarks.code import data as code_data
+from .benchmarks.code import prompts as code_prompts
 from .errors import ConfigError, DataError
 from .corpus_names import NAME_RE, is_chat, parse_name  # noqa: F401 (the corpus's API)
 from .models import locate_package_file, resolve_source
@@ -129,13 +133,11 @@ def stdlib_docstrings(files: list[tuple[str, str]]) -> list[str]:
 def humaneval_conversations() -> list[list[dict]]:
     """One conversation per HumanEval problem: the code benchmark's own prompt (BigCodeBench/
     EvalPlus chat framing, `complete` split) and the reference solution as the reply."""
-    from .benchmarks.code import data, prompts
-
     convs = []
-    for it in data.load_humaneval():
-        msgs = prompts.messages(it.prompt, "complete")
+    for it in code_data.load_humaneval():
+        msgs = code_prompts.messages(it.prompt, "complete")
         solution = (it.prompt + it.extra["canonical_solution"]).strip("\n")
-        msgs[1] = {"role": "assistant", "content": f"{prompts.RESPONSE_PREFIX}\n```python\n{solution}\n```\n"}
+        msgs[1] = {"role": "assistant", "content": f"{code_prompts.RESPONSE_PREFIX}\n```python\n{solution}\n```\n"}
         convs.append(msgs)
     return convs
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import status
+from . import metrics, status
 from .io import atomic_path, read_json
 
 # (column, arrow type, unit or meaning). This table is the documented schema (README links it).
@@ -71,24 +71,8 @@ COLUMNS: list[tuple[str, pa.DataType, str]] = [
 ]
 SCHEMA = pa.schema([pa.field(n, t) for n, t, _ in COLUMNS])
 
-STATUSES = status.ORDER
 # The `imatrix` of a prebuilt rung: made by a third party, with or without a matrix (not recorded).
 IMATRIX_UNKNOWN = "unknown (prebuilt file)"
-
-
-def metric_row(metric: str, value, unit: str, *, stderr=None, n=None, subset=None, n_ctx=None,
-               higher_is_better: bool | None = None, status: str | None = None,
-               status_reason: str | None = None) -> dict:
-    """One metric row as measures and benchmarks write it: checked against the metric registry
-    (an undeclared metric, another unit or another direction is an error)."""
-    from . import metrics
-
-    r = metrics.row(metric, value, unit=unit, stderr=stderr, n=n, subset=subset, n_ctx=n_ctx, status=status,
-                    status_reason=status_reason)
-    if higher_is_better is not None and higher_is_better != r["higher_is_better"]:
-        raise metrics.MetricError(f"metric {metric}: written as higher_is_better={higher_is_better}, declared "
-                                  f"{r['higher_is_better']}")
-    return r
 
 
 def _share(pct: float) -> str:

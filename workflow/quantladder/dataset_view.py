@@ -8,12 +8,12 @@ registry (``quantladder.metrics``), never from name lists kept here.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from pathlib import Path
 
 import pandas as pd
 
+from . import catalog  # noqa: F401  -- every figure declared: the registry read below is whole
 from . import metrics
 from . import status as qstatus
 from .dataset import COLUMNS
@@ -28,7 +28,6 @@ NOT_CURVES = ("bits_per_weight",)
 BAD_STATUSES = qstatus.BAD
 CAVEAT_STATUSES = qstatus.CAVEAT
 STATUSES_ORDER = qstatus.ORDER
-HASH_BITS = 52  # a float64 holds integers up to 2**53 exactly
 
 
 def not_figures() -> set[str]:
@@ -38,12 +37,6 @@ def not_figures() -> set[str]:
 
 def flip_metrics() -> list[str]:
     return metrics.in_group("flips")
-
-
-def generation_hash_value(text: str) -> float:
-    """The `value` of a ``generation_hash`` row: 52 bits of sha256(text), exact in a float64."""
-    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    return float(int(digest[: HASH_BITS // 4], 16))
 
 
 def load(path: str | Path) -> pd.DataFrame:
@@ -74,10 +67,6 @@ def whole(rows: pd.DataFrame) -> pd.DataFrame:
         return rows
     kind = rows["metric"].map(metrics.whole_kind)
     return rows[((kind == "null") & rows["subset"].isna()) | (kind == "only")]
-
-
-def point_key(row) -> tuple:
-    return tuple(row[c] for c in POINT)
 
 
 def point_table(df: pd.DataFrame) -> pd.DataFrame:

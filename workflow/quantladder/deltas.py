@@ -45,7 +45,9 @@ import logging
 import math
 from collections import defaultdict
 
-from . import metrics, stats
+from . import benchmarks, metrics, stats
+from .errors import ConfigError
+from .flips import flips
 from .metrics import TASK, Metric
 
 log = logging.getLogger(__name__)
@@ -222,10 +224,6 @@ def noise_floors(points: list) -> dict:
 # ------------------------------------------------------------------------------------------ the pass
 
 def _bench(name: str):
-    from . import benchmarks
-
-    from .errors import ConfigError
-
     try:
         return benchmarks.get(name)()
     except ConfigError:  # not a registered task benchmark
@@ -313,8 +311,6 @@ def _fill_tokens(group: dict, row_of: dict) -> None:
 
 
 def _items_needed_rows(rows, points, pts, reference_of, m_headline: dict) -> list[dict]:
-    from .aggregate import flips  # the one flip count
-
     base_of = {}
     for r in rows:
         base_of.setdefault((r["card"], r["family"], r["rung"], r["kv"], r["benchmark"]), r)

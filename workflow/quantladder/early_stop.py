@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 
 from .benchmarks.base import Benchmark, Item, ScoringContext
+from .errors import DataError
 from .stats.sequential import SequentialPairedTest
 
 log = logging.getLogger("quantladder.early_stop")
@@ -36,8 +37,6 @@ class Stopper:
         self.ref = {v["item_id"]: v for v in reference_verdicts}
         missing = [it.id for it in items if it.id not in self.ref]
         if missing:
-            from .errors import DataError
-
             raise DataError(f"{bench.name} early stop: the reference point has no verdict for {len(missing)} items "
                             f"(e.g. {missing[:3]}); it must run every item")
         self.test = SequentialPairedTest(alpha=float(es["alpha"]), margin=es.get("margin"))

@@ -21,7 +21,12 @@ the quantize rule gets exactly what the manifest records.
 
 from __future__ import annotations
 
+from . import HARNESS_VERSION
 from .errors import ConfigError
+from .imatrix import file_name, resolve_settings
+from .io import hash_obj
+from .llama_tools import library_backend, library_version
+from .models import BUILTIN_RECIPES, FTYPES, NEEDS_IMATRIX, resolve_recipe
 
 IMATRIX_DIR = "resources/models/{family}/imatrix"
 
@@ -29,31 +34,21 @@ IMATRIX_DIR = "resources/models/{family}/imatrix"
 def rung_name(entry: str) -> str:
     """The rung's canonical name: a file-type name in upper case (``q4_k_m`` = ``Q4_K_M``), any
     other name as written."""
-    from .models import BUILTIN_RECIPES, FTYPES
-
     up = str(entry).upper()
     return up if up in FTYPES or up in BUILTIN_RECIPES else str(entry)
 
 
 def imatrix_settings(cfg: dict) -> dict:
-    from .imatrix import resolve_settings
-
     return resolve_settings((cfg.get("quantize") or {}).get("imatrix_settings"))
 
 
 def imatrix_path(cfg: dict, family: str, corpus: str) -> str:
-    from .imatrix import file_name
-
     return f"{IMATRIX_DIR.format(family=family)}/{file_name(corpus, imatrix_settings(cfg))}"
 
 
 def imatrix_key(cfg: dict, family: str, corpus: str) -> str:
     """The hash of what decides a computed matrix (a params value of rule imatrix): the corpus
     source, the settings, the family's reference, and the llama.cpp build that computes it."""
-    from . import HARNESS_VERSION
-    from .io import hash_obj
-    from .llama_tools import library_backend, library_version
-
     fam = cfg["families"][family]
     if corpus not in (cfg.get("corpora") or {}):
         raise ConfigError(f"imatrix of {family}: {corpus!r} is not a corpus of `corpora:`")
@@ -66,8 +61,6 @@ def imatrix_key(cfg: dict, family: str, corpus: str) -> str:
 
 def plan(cfg: dict, family: str, rung: str, where: str = "config") -> dict:
     """Everything that decides a made rung's file (raises ConfigError naming the key at fault)."""
-    from .models import NEEDS_IMATRIX, resolve_recipe
-
     q = dict(cfg.get("quantize") or {})
     fam = cfg["families"][family]
     opts = dict((fam.get("rung_options") or {}).get(rung) or {})
@@ -123,29 +116,3 @@ def plan(cfg: dict, family: str, rung: str, where: str = "config") -> dict:
                       "file": imatrix_path(cfg, family, choice),
                       "reference": fam.get("reference", "F16")}
     return out
-
-
-def imatrices(cfg: dict, family: str | None = None) -> list[tuple[str, str]]:
-    """(family, imatrix path) of every matrix the ladder needs."""
-    from . import config as qconfig
-
-    out = []
-    for fam in [family] if family else qconfig.families(cfg):
-        for rung in qconfig.rungs(cfg, fam):
-            if qconfig.rung_kind(cfg, fam, rung) != "quantized":
-                continue
-            im = plan(cfg, fam, rung).get("imatrix") or {}
-            if "corpus" in im and (fam, im["file"]) not in out:
-                out.append((fam, im["file"]))
-    return out
-
-
-def runs_tasks(cfg: dict, family: str, rung: str) -> bool:
-    """Whether a rung also runs the task benchmarks: every rung unless the family lists
-    ``task_rungs`` (the reference always does: flips are counted against it)."""
-    from . import config as qconfig
-
-    listed = cfg["families"][family].get("task_rungs")
-    if listed is None:
-        return True
-    return rung == qconfig.reference_rung(cfg, family) or rung in [rung_name(r) for r in listed]

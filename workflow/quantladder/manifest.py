@@ -7,12 +7,13 @@ manifest adds what only the job can know (file sha256, the loaded libllama and i
 fingerprint) and is written beside the figures.
 
 One key per reason to recompute:
-- ``measure_key``: a per-point measure (perplexity, speed, memory, energy): everything it depends on.
-- ``items_key``: a task benchmark's items (per family where they depend on the tokenizer): the
-  settings that choose or build them, and the benchmark's version.
-- ``generation_key``: what changes a reply to a given item: the point (model, rung options, KV types,
+- ``spec_hash``, the hash of ``spec``: for a per-point measure (perplexity, speed, memory, energy)
+  everything its figures depend on (the manifest's ``keys.measure``); for a task benchmark what
+  changes a reply to a given item (``keys.generation``): the point (model, rung options, KV types,
   engine), sampling, the benchmark's generation settings and version, the batching (``n_parallel``).
   Item selection is not in it: at ``n_parallel = 1`` a larger ``limit`` keeps every reply it has.
+- ``items_key``: a task benchmark's items (per family where they depend on the tokenizer): the
+  settings that choose or build them, and the benchmark's version.
 - ``scoring_key``: the generation key plus what changes only verdicts (scoring settings, sandbox
   limits, scorer version). A scoring change therefore re-plans only score jobs.
 - ``reference_logits_key``, ``anchor_key``: the stored reference log-probs, an anchor gate.
@@ -23,9 +24,11 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import importlib.metadata
+import os
+import socket
 from typing import Any
 
-from . import HARNESS_VERSION
+from . import HARNESS_VERSION, benchmarks
 from . import config as qconfig
 from .generation_policy import GenerationPolicy
 from .io import hash_obj
@@ -68,20 +71,7 @@ def gate_settings(cfg: dict, benchmark: str) -> dict:
     return s
 
 
-@functools.lru_cache(maxsize=256)
-def _bench(benchmark: str, section_json: str):
-    import json
-
-    from . import benchmarks
-
-    return benchmarks.create(benchmark, json.loads(section_json))
-
-
-def task(cfg: dict, benchmark: str):
-    """The configured Benchmark object (cached per section: the DAG asks for it once per job)."""
-    import json
-
-    return _bench(benchmark, json.dumps(cfg.get("benchmarks", {}).get(benchmark, {}), sort_keys=True, default=str))
+# To delete once quantladder.resources asks quantladder.benchmarks for its benchmark, as the rest do.
 
 
 def _point(cfg: dict, card: str, family: str, rung: str, kv: str) -> dict:
@@ -113,7 +103,7 @@ def spec(cfg: dict, card: str, family: str, rung: str, kv: str, benchmark: str, 
         if benchmark == "speed":  # threads change speed, not quality
             s["engine"]["threads"] = cfg.get("threads", 0)
     else:
-        b = task(cfg, benchmark)
+        b = benchmarks.configured(cfg, benchmark)
         s["settings"] = b.group("generation")
         s["benchmark_version"] = b.version
         s["generation"] = GenerationPolicy.of(cfg, benchmark).section
@@ -126,12 +116,8 @@ def spec_hash(cfg: dict, card: str, family: str, rung: str, kv: str, benchmark: 
     return _key(spec(cfg, card, family, rung, kv, benchmark, extra))
 
 
-measure_key = spec_hash
-generation_key = spec_hash
-
-
 def items_key(cfg: dict, family: str, benchmark: str) -> str:
-    b = task(cfg, benchmark)
+    b = benchmarks.configured(cfg, benchmark)
     obj: dict[str, Any] = {"benchmark": benchmark, "version": b.version, "settings": b.group("items"),
                            "harness": HARNESS_VERSION}
     if b.per_family_items:
@@ -141,15 +127,15 @@ def items_key(cfg: dict, family: str, benchmark: str) -> str:
 
 
 def scoring_key(cfg: dict, card: str, family: str, rung: str, kv: str, benchmark: str, extra: dict | None = None) -> str:
-    b = task(cfg, benchmark)
-    return _key({"generation": generation_key(cfg, card, family, rung, kv, benchmark, extra),
+    b = benchmarks.configured(cfg, benchmark)
+    return _key({"generation": spec_hash(cfg, card, family, rung, kv, benchmark, extra),
                  "items": items_key(cfg, family, benchmark), "scoring": b.group("scoring"),
                  "scorer_version": b.scorer_version})
 
 
 def source_key(cfg: dict, benchmark: str) -> str:
     """A benchmark's data source: the item settings that name where data comes from."""
-    b = task(cfg, benchmark)
+    b = benchmarks.configured(cfg, benchmark)
     return _key({"benchmark": benchmark, "version": b.version, "settings": b.group("items")})
 
 
@@ -170,7 +156,7 @@ def anchor_key(cfg: dict, benchmark: str, entries: list[dict]) -> str:
         return _key({"entries": mine, "settings": gate_settings(cfg, benchmark), "harness": HARNESS_VERSION})
     if not mine:  # nothing to reproduce: the gate says so whatever the settings
         return _key({"entries": [], "harness": HARNESS_VERSION})
-    b = task(cfg, benchmark)  # what each anchor runs with (Benchmark.anchor_bench), not the points' settings
+    b = benchmarks.configured(cfg, benchmark)  # each anchor runs Benchmark.anchor_bench, not the points' settings
     return _key({"entries": mine, "settings": [b.anchor_bench(e).settings for e in mine], "harness": HARNESS_VERSION})
 
 
@@ -183,7 +169,7 @@ def anchor_generation_key(cfg: dict, benchmark: str, entries: list[dict]) -> str
     mine = [e for e in entries if e["benchmark"] == benchmark]
     if not mine:
         return _key({"entries": [], "harness": HARNESS_VERSION})
-    b = task(cfg, benchmark)
+    b = benchmarks.configured(cfg, benchmark)
     runs = [b.anchor_bench(e) for e in mine]
     return _key({"entries": mine, "generation": [r.group("generation") for r in runs],
                  "items": [r.group("items") for r in runs], "harness": HARNESS_VERSION})
@@ -198,9 +184,6 @@ def anchor_run_key(entry: dict, bench) -> str:
 
 def job_environment() -> dict:
     """Where the job ran: host, and the Slurm job and partition when it ran as a Slurm job."""
-    import os
-    import socket
-
     env = os.environ
     return {
         "host": socket.gethostname(),
@@ -226,7 +209,7 @@ def build(
         keys = {"items": items_key(cfg, family, benchmark), "generation": _key(s),
                 "scoring": scoring_key(cfg, card, family, rung, kv, benchmark, extra), **(keys or {})}
         own = keys["scoring"]
-        b = task(cfg, benchmark)
+        b = benchmarks.configured(cfg, benchmark)
         s = {**s, "scoring": {"settings": b.group("scoring"), "scorer_version": b.scorer_version}}
     return {
         **s,

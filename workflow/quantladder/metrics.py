@@ -6,6 +6,10 @@ one. Consumers (the dataset view, the report, the recommender, the anchor gate, 
 read the declarations instead of keeping name lists of their own: a consumer that names an
 undeclared metric fails ``tests/test_metrics.py``.
 
+This module imports no producer: each declares its figures when it is imported, and a reader of the
+whole registry imports :mod:`quantladder.catalog`, which loads them all (lm-evaluation-harness's
+``api/registry.py`` holds what its tasks register and never imports a task).
+
 A declaration says (the shape of lm-evaluation-harness's ``register_metric`` and inspect_ai's
 ``@scorer(metrics=...)``, with what a quantization study needs besides):
 
@@ -30,8 +34,9 @@ A declaration says (the shape of lm-evaluation-harness's ``register_metric`` and
 
 from __future__ import annotations
 
+import difflib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .errors import QuantladderError
 
@@ -78,7 +83,6 @@ class Metric:
 
 
 _REGISTRY: dict[str, Metric] = {}
-_loaded = False
 
 
 def declare(*metrics: Metric) -> tuple[Metric, ...]:
@@ -92,12 +96,7 @@ def declare(*metrics: Metric) -> tuple[Metric, ...]:
 
 
 def registry() -> dict[str, Metric]:
-    """Every declared metric, the task benchmarks' included (their modules are imported once)."""
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        from . import benchmarks  # noqa: F401  -- imports every benchmark module, which declare theirs
-        from . import aggregate  # noqa: F401  -- flips, identity, noise floor
+    """Every metric declared so far: all of them once quantladder.catalog is imported."""
     return _REGISTRY
 
 
@@ -106,8 +105,6 @@ def get(name: str) -> Metric:
     try:
         return reg[name]
     except KeyError:
-        import difflib
-
         near = difflib.get_close_matches(name, reg, n=3)
         hint = f" (did you mean {', '.join(near)}?)" if near else ""
         raise MetricError(f"metric {name!r} is not declared in the metric registry{hint}: declare it "

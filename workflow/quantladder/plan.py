@@ -35,6 +35,8 @@ from pathlib import Path
 import pandas as pd
 from scipy import stats as sps
 
+from . import config as qconfig
+from . import dataset_view as dv
 from . import deltas, stats
 from .errors import QuantladderError
 
@@ -168,18 +170,14 @@ def _config_jobs(config_path: str | Path) -> tuple[list[tuple[str, str, str, str
     """(family, rung, kv, benchmark, series) generation jobs of a config: its points × enabled task
     benchmarks the family takes (a base model skips chat benchmarks), plus one noise-floor run of each
     family's reference per benchmark where the config measures the noise floor."""
-    from . import config as qconfig
-
     cfg = qconfig.load(config_path)
     benches = [b for b, spec in (cfg.get("benchmarks") or {}).items() if (spec or {}).get("enabled")]
-    runs_for = getattr(qconfig, "task_runs_for", lambda cfg, task, family: True)
-    noise = getattr(qconfig, "noise_floor_enabled", lambda cfg: False)(cfg)
     pts = qconfig.points(cfg)
-    jobs = [(f, r, kv, b, "points") for f, r, kv in pts for b in benches if runs_for(cfg, b, f)]
-    if noise:
+    jobs = [(f, r, kv, b, "points") for f, r, kv in pts for b in benches if qconfig.task_runs_for(cfg, b, f)]
+    if qconfig.noise_floor_enabled(cfg):
         for f in qconfig.families(cfg):
             ref, kv = qconfig.reference_rung(cfg, f), qconfig.kv_types(cfg, f)[0]
-            jobs += [(f, ref, kv, b, "noise") for b in benches if runs_for(cfg, b, f)]
+            jobs += [(f, ref, kv, b, "noise") for b in benches if qconfig.task_runs_for(cfg, b, f)]
     return jobs, len(pts), benches
 
 
@@ -258,8 +256,6 @@ def plan(df: pd.DataFrame, *, detect: float, power: float = 0.8, alpha: float = 
 
 
 def load_and_plan(dataset_path, **kw) -> dict:
-    from . import dataset_view as dv
-
     return plan(dv.load(dataset_path), **kw)
 
 

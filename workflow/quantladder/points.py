@@ -15,9 +15,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import benchmarks
 from . import card as qcard
+from . import config as qconfig
 from . import manifest as qmanifest
 from . import status as qstatus
+from .anchors import summary as anchor_summary
 from .backend import engine_backend
 from .engine import EngineSettings, library_info, parse_kv
 from .errors import QuantladderError
@@ -57,7 +60,7 @@ class Point:
     @property
     def bench(self):
         """The configured task benchmark of this point (quantladder.benchmarks)."""
-        return qmanifest.task(self.config, self.benchmark)
+        return benchmarks.configured(self.config, self.benchmark)
 
     def engine_settings(self, n_ctx: int, **kw) -> EngineSettings:
         return EngineSettings(n_ctx=n_ctx, kv=self.kv, n_gpu_layers=self.config.get("gpu_layers", 0),
@@ -115,8 +118,6 @@ class Point:
         man = self.manifest(data=data, engine=engine, keys=keys)
         doc = {"benchmark": self.benchmark, "status": st, "status_reason": reason,
                "incomplete": incomplete, "rows": rows, "manifest": man, **(extra or {})}
-        from .anchors import summary as anchor_summary
-
         man["anchor"] = anchor_summary(self.anchor)  # what the figures were anchored against
         write_json(Path(path).with_name("manifest.json"), man)
         write_json(path, doc)
@@ -129,8 +130,6 @@ def from_snakemake(smk, benchmark: str | None = None) -> Point:
     Expects input.info (the rung's sidecar JSON; input.gguf where the job loads the model) and,
     optionally, input.anchor. A task job's benchmark and series come from its wildcards.
     """
-    from . import config as qconfig
-
     w = smk.wildcards
     benchmark = benchmark or w.task
     series = getattr(w, "series", "points")

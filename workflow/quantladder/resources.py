@@ -24,7 +24,7 @@ import os
 from typing import Any
 
 from . import config as qconfig
-from . import manifest, timings
+from . import benchmarks, timings
 from .generation_policy import GenerationPolicy
 from .gguf_meta import GGUFInfo, kv_bytes_per_token
 
@@ -193,7 +193,7 @@ def generate_mem_mb(config: dict):
 
     def _generate_mem_mb(wildcards, input, attempt):
         cfg = qconfig.noise_config(config) if getattr(wildcards, "series", "points") == "noise" else config
-        bench = manifest.task(cfg, wildcards.task)
+        bench = benchmarks.configured(cfg, wildcards.task)
         info = _info(input)
         n_ctx = bench.max_n_ctx()
         if info.get("n_ctx_train"):

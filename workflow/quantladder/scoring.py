@@ -21,6 +21,8 @@ from pathlib import Path
 from . import metrics
 from .benchmarks.base import Benchmark, Item, ScoringContext
 from .budget import Budget
+from .engine import parse_kv
+from .errors import DataError
 from .io import JsonlFile, hash_obj
 
 log = logging.getLogger("quantladder.scoring")
@@ -47,8 +49,6 @@ def score(bench: Benchmark, items: list[Item], records: list[dict], gen_meta: di
     planned = {it.id for it in items}
     stray = sorted(set(by_id) - planned)
     if stray:
-        from .errors import DataError
-
         raise DataError(f"generations of items that are not in the items file ({len(stray)}, e.g. {stray[:3]}): "
                         "they were made for another item set; rerun the generate rule")
     todo = [it for it in items if it.id in by_id]
@@ -77,8 +77,6 @@ def score(bench: Benchmark, items: list[Item], records: list[dict], gen_meta: di
         by = {v["item_id"]: v for v in got}
         for it in chunk:
             if it.id not in by:
-                from .errors import DataError
-
                 raise DataError(f"{bench.name}: the scorer returned no verdict for {it.id}")
             v = _stamp(dict(by[it.id]), it, by_id[it.id], key)
             store.append(v)
@@ -149,8 +147,6 @@ def common_rows(verdicts: list[dict], gen_meta: dict, *, kv_info=None, kv: str =
         if g.get("peak_rss_bytes"):
             rows.append(metrics.row("peak_mem_bytes", g["peak_rss_bytes"], n_ctx=c, subset="rss"))
         if kv_info is not None:
-            from .engine import parse_kv
-
             k, v = parse_kv(kv)
             rows.append(metrics.row("kv_bytes_predicted", kv_info.kv_bytes(c, k, v), n_ctx=c))
     return rows

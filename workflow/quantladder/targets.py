@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from . import config as qconfig
-from . import ladder
 
 POINT_METRICS = "results/{card}/{series}/{family}/{rung}/{kv}/{measure}/metrics.json"
 
@@ -45,7 +44,7 @@ def point_measures(cfg: dict, family: str, rung: str) -> list[str]:
     """A point's measures and benchmarks: every measure; the task benchmarks on the family's
     `task_rungs` (and its reference) that the family can take (a base model takes no chat exam)."""
     out = measures(cfg)
-    if ladder.runs_tasks(cfg, family, rung):
+    if qconfig.runs_tasks(cfg, family, rung):
         out += [t for t in tasks(cfg) if qconfig.task_runs_for(cfg, t, family)]
     return out
 

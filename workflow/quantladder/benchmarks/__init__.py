@@ -1,7 +1,8 @@
-"""Task benchmarks: one module per exam, each a :class:`Benchmark` registered here by name.
+"""Task benchmarks: one module per exam, each a :class:`Benchmark` listed here by name.
 
-The registry is what the rules, the manifest, the anchor gate and the config check read: a name
-that is not here is refused at ``snakemake -n`` with the known names (and a did-you-mean).
+This list is what the rules, the manifest, the anchor gate and the config check read: a name that is
+not here is refused at ``snakemake -n`` with the known names (and a did-you-mean). A new exam is a
+module under this package and one entry below.
 """
 
 from __future__ import annotations
@@ -10,17 +11,17 @@ import difflib
 
 from ..errors import ConfigError
 from .base import Benchmark, Item, ScoringContext
+from .bfcl import BFCL
+from .code import BigCodeBenchHard, HumanEval
+from .ruler import Ruler
+from .tasks import Tasks
 
-__all__ = ["Benchmark", "Item", "ScoringContext", "register", "names", "get", "create"]
+__all__ = ["Benchmark", "Item", "ScoringContext", "names", "get", "create", "configured"]
 
-_CLASSES: dict[str, type[Benchmark]] = {}
-
-
-def register(cls: type[Benchmark]) -> type[Benchmark]:
-    if cls.name in _CLASSES and _CLASSES[cls.name] is not cls:
-        raise ValueError(f"benchmark {cls.name!r} registered twice")
-    _CLASSES[cls.name] = cls
-    return cls
+# Importing the exams declares their metrics; their heavy dependencies (llama.cpp, tree-sitter,
+# numpy) and what runs model-written code (the sandbox, the code scorer) load only when a method
+# needs them.
+_CLASSES: dict[str, type[Benchmark]] = {cls.name: cls for cls in (BFCL, HumanEval, BigCodeBenchHard, Ruler, Tasks)}
 
 
 def names() -> list[str]:
@@ -40,6 +41,7 @@ def create(name: str, section: dict | None = None) -> Benchmark:
     return get(name)(section)
 
 
-# The exams. Importing them registers their classes and declares their metrics; their heavy
-# dependencies (llama.cpp, the sandbox, tree-sitter) load only when a method needs them.
-from . import bfcl, code, ruler, tasks  # noqa: E402,F401
+def configured(cfg: dict, name: str) -> Benchmark:
+    """The benchmark as the config's ``benchmarks.<name>`` section sets it. Not cached: making one is a
+    dict merge, cheaper than any cache key of its section."""
+    return create(name, (cfg.get("benchmarks") or {}).get(name, {}))

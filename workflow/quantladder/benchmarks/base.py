@@ -21,11 +21,11 @@ caps). Every key of the section's schema is in exactly one group (tests/test_ben
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generator
 
 from ..errors import ConfigError
-
 
 
 @dataclass(frozen=True)
@@ -180,16 +180,12 @@ class Benchmark:
         es = self.early_stop
         if not es:
             return items
-        import random
-
         out = list(items)
         random.Random(f"early-stop:{es['seed']}").shuffle(out)
         return out
 
     # -- anchor -------------------------------------------------------------------------------
-    # The anchor gate reproduces a published score with this very harness: the anchor model through
-    # the same items, generation loop and score stage as every point. Generation and scoring are two
-    # steps, so that a benchmark that runs model-written code scores its anchor on the scoring host.
+    # The anchor gate (quantladder.anchors) runs an anchor entry; here is only what it runs with.
 
     def anchor_bench(self, entry: dict) -> "Benchmark":
         """This benchmark as the anchor entry runs it: the published protocol's generation settings
@@ -199,66 +195,3 @@ class Benchmark:
         gen = set(self.group("generation"))
         own = {k: v for k, v in self.settings.items() if k not in gen}
         return type(self)({**own, **(entry.get("settings") or {})})
-
-    def anchor_generate(self, entry: dict, cache_dir) -> dict:
-        """Generate the anchor's replies (resumable under ``cache_dir``); returns what scoring needs.
-        An unreachable model or dataset raises a QuantladderError: the gate says "unanchored" and why."""
-        from pathlib import Path
-
-        from .. import generation
-        from ..engine import Engine, EngineSettings
-        from ..io import JsonlFile, write_json
-        from ..models import resolve_source
-
-        from ..manifest import anchor_run_key
-
-        bench = self.anchor_bench(entry)
-        model = str(resolve_source(entry["model"]))
-        key = anchor_run_key(entry, bench)
-        cache = Path(cache_dir) / key
-        cache.mkdir(parents=True, exist_ok=True)
-        source = bench.fetch_source(str(cache / "source"))
-        items, _ = bench.build_items(source, reference_gguf=model, family={"chat": entry.get("chat", True)})
-        JsonlFile(cache / "items.jsonl").write([it.to_json() for it in items])
-        n_par = int(entry.get("n_parallel", 1))
-        gpu_layers = int(entry.get("gpu_layers", 999))
-        loop = generation.Loop(
-            bench, items, key=key, store_dir=cache,
-            n_parallel=n_par, label=f"anchor {bench.name} {entry['model'].get('label', model)}",
-            engine_for=lambda n: Engine(model, EngineSettings(n_ctx=n, kv="f16", n_gpu_layers=gpu_layers,
-                                                              n_parallel=n_par)),
-            env=bench.open_env(source, "generate"))
-        res = loop.run()
-        generation.write_outputs(res, cache / "generations.jsonl", cache / "generations.json")
-        write_json(cache / "source.json", source)
-        return {"cache": str(cache)}
-
-    def anchor_verdict(self, entry: dict, generated: dict, threads: int = 1) -> float:
-        """Score the anchor's saved replies and return the figure the entry names (metric, subset, n_ctx)."""
-        from pathlib import Path
-
-        from .. import scoring
-        from ..errors import DataError
-        from ..io import read_json, read_jsonl
-
-        bench = self.anchor_bench(entry)
-        cache = Path(generated["cache"])
-        source = read_json(cache / "source.json")
-        bench.scoring_setup()  # the sandbox, before anything runs
-        items = [Item.from_json(r) for r in read_jsonl(cache / "items.jsonl")]
-        records = read_jsonl(cache / "generations.jsonl")
-        meta = read_json(cache / "generations.json")
-        out = scoring.score(bench, items, records, meta, key=meta["key"], store_dir=cache,
-                            ctx=ScoringContext(bench.open_env(source, "score"), threads=threads))
-        want = (entry["metric"], entry.get("subset"), entry.get("n_ctx"))
-        for r in out.rows:
-            if (r["metric"], r["subset"]) == want[:2] and (want[2] is None or r.get("n_ctx") == want[2]):
-                return float(r["value"])
-        raise DataError(f"anchor: {bench.name} wrote no {want[0]!r} with subset {want[1]!r}"
-                        + (f" at n_ctx {want[2]}" if want[2] else ""))
-
-    def anchor_score(self, entry: dict, cache_dir="resources/anchors") -> float:
-        """Both steps in one process (the benchmarks that run no model-written code)."""
-        from pathlib import Path
-
-        return self.anchor_verdict(entry, self.anchor_generate(entry, Path(cache_dir) / self.name))

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
 
 from ..engine import RawContext
+from ..metrics import row as metric_row
 from .speed import bench_gen, bench_prompt
 
 NVML_COUNTER_MODULUS = 2**64  # nvmlDeviceGetTotalEnergyConsumption is an unsigned long long (mJ)
@@ -648,7 +649,6 @@ def summarize(samples: Sequence[Sample], t_start: float, t_stop: float, idle: di
 def metric_rows(result: dict, *, n_ctx: int | None = None) -> list[dict]:
     """Metric rows for metrics.json. Absent figures are rows with value None and the reason in
     ``status``/``status_reason`` (never zeros). Units: J, J/token, W, s."""
-    from ..metrics import row as metric_row
 
     def row(metric, value, unit, stderr=None, n=None, subset=None, status=None, reason=None):
         if value is None:

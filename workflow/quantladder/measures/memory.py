@@ -122,8 +122,6 @@ def measure(model_path: str, info, *, n_ctx: int, kv: str = "f16", n_threads: in
 
 
 def metric_rows(r: dict) -> list[dict]:
-    from ..metrics import row
-
     n_ctx = r["n_ctx"]
     probe = r.get("probe") or {"method": "rss", "status": "ok"}
     rows = [

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from ..dataset import metric_row
+from ..metrics import row
 
 
 def bench_prompt(ctx, n_tokens: int, n_batch: int, rng) -> None:
@@ -92,7 +92,6 @@ def metric_rows(result: dict) -> list[dict]:
         if key in result:
             r = result[key]
             n = r["n_prompt"] or r["n_gen"]
-            rows.append(metric_row(metric, r["mean_tokens_per_s"], "tokens/s", stderr=r["sd_tokens_per_s"],
-                                   n=r["repetitions"], subset=f"{key}{n}", n_ctx=r["n_prompt"] + r["n_gen"],
-                                   higher_is_better=True))
+            rows.append(row(metric, r["mean_tokens_per_s"], unit="tokens/s", stderr=r["sd_tokens_per_s"],
+                            n=r["repetitions"], subset=f"{key}{n}", n_ctx=r["n_prompt"] + r["n_gen"]))
     return rows

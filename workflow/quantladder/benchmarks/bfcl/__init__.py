@@ -2,8 +2,7 @@
 
 Modules: ``data`` (obtain + pin the files, load items), ``prompts`` (BFCL's system prompt through the
 GGUF chat template), ``parse`` (decode answers), ``checker`` (BFCL's AST rules), ``score`` (verdicts,
-aggregates, metric rows), ``multiturn`` (model-driven calls in the sandbox, state/response checks),
-``run`` (a point's generation and scoring).
+aggregates, metric rows), ``multiturn`` (model-driven calls in the sandbox, state/response checks).
 
 Reference: Patil et al., the Berkeley Function Calling Leaderboard (gorilla.cs.berkeley.edu), data
 and rules of bfcl-eval 2026.3.23.
@@ -12,11 +11,14 @@ and rules of bfcl-eval 2026.3.23.
 from __future__ import annotations
 
 import math
+from collections import Counter
+from pathlib import Path
 
 from ... import metrics
+from ...engine import Request
 from ...metrics import Metric
-from .. import register
-from ..base import Benchmark, Item
+from ..base import Benchmark, Env, Item
+from . import data, prompts, score
 from .data import LIVE, MULTI_TURN, NO_ANSWER
 from .score import SCORER_VERSION
 
@@ -58,7 +60,6 @@ def headline_weights(categories_run: dict[str, int]) -> dict[str, float] | None:
     return w
 
 
-@register
 class BFCL(Benchmark):
     name = "bfcl"
     description = "BFCL v4 function calling, prompting mode through the raw completion path, AST checker"
@@ -85,17 +86,11 @@ class BFCL(Benchmark):
 
     # -- data ----------------------------------------------------------------------------------
     def fetch_source(self, dest):
-        from pathlib import Path
-
-        from . import data
-
         dest = Path(dest)
         return data.materialize(self.settings["source"], dest / "data", dest / "data.json",
                                 download_dir=dest / "wheel")
 
     def build_items(self, source, *, reference_gguf=None, family=None, threads=1, log=None):
-        from . import data
-
         data.verify(source)
         s = self.settings
         raw = data.load_items(source, s["categories"], s["limit"], s["limits"], s["seed"])
@@ -106,9 +101,9 @@ class BFCL(Benchmark):
         return items, {"data_version": source["version"], "data_sha256": source["sha256"]}
 
     # -- generation ----------------------------------------------------------------------------
+    # The sandbox (and multiturn, which drives it) is imported inside the methods that use it: the
+    # generation host of a single-turn benchmark never loads what runs model-written code.
     def open_env(self, source, stage):
-        from ..base import Env
-
         if not self.multi_turn:
             return Env(source)
         from .multiturn import SandboxExecutor
@@ -125,9 +120,6 @@ class BFCL(Benchmark):
         return {"sandbox": sandbox.check_backend(self.settings["sandbox_backend"])}
 
     def drive(self, item, engine, env):
-        from ...engine import Request
-        from . import prompts
-
         s = self.settings
         if item.subset in MULTI_TURN:
             from .multiturn import drive_item
@@ -142,15 +134,10 @@ class BFCL(Benchmark):
 
     # -- scoring -------------------------------------------------------------------------------
     def verdicts(self, items, generations, ctx):
-        from . import run
-
-        executor = ctx.env.executor
         todo = [{**it.data, **it.answer} for it in items if it.id in generations]
-        return run.score(todo, list(generations.values()), executor=executor)
+        return score.verdicts(todo, list(generations.values()), executor=ctx.env.executor)
 
     def metric_rows(self, verdicts, items):
-        from . import score
-
         rows = score.metric_rows(verdicts, self.settings["categories"])
         head = headline(verdicts)
         if head is not None:
@@ -166,8 +153,6 @@ class BFCL(Benchmark):
 
 
 def _weights_of(verdicts: list[dict]) -> dict[str, float] | None:
-    from collections import Counter
-
     return headline_weights(Counter(v["subset"] for v in verdicts))
 
 

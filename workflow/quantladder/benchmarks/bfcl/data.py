@@ -15,7 +15,6 @@ version, origin, and the sha256 of every file (their combined hash is the data h
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import subprocess
@@ -24,7 +23,7 @@ import zipfile
 from pathlib import Path
 
 from ...errors import ConfigError, DataError
-from ...io import hash_obj, sha256_bytes, sha256_file, write_json
+from ...io import hash_obj, sha256_file, write_json
 
 PREFIX = "BFCL_v4"
 # Categories that score (agentic web search / memory need outside services: not run here).
@@ -257,10 +256,6 @@ def load_items(record: dict, categories: list[str], limit: int | None = None, li
     return out
 
 
-def items_hash(items: list[dict]) -> str:
-    return sha256_bytes("\n".join(it["id"] for it in items).encode())
-
-
 def backend_sources(root: str | Path) -> dict[str, str]:
     """The backend class sources (file name -> text), to be written into the sandbox."""
     root = Path(root) / BACKEND_DIR
@@ -269,7 +264,3 @@ def backend_sources(root: str | Path) -> dict[str, str]:
         out[f"{module}.py"] = (root / f"{module}.py").read_text(encoding="utf-8")
     out["long_context.py"] = (root / "long_context.py").read_text(encoding="utf-8")
     return out
-
-
-def digest_text(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()

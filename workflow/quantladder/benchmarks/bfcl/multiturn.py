@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from ... import sandbox as qsandbox
+from ...engine import Request
 from ...loops import is_degenerate
 from . import parse, prompts
 from .data import backend_sources
@@ -141,8 +142,6 @@ def drive_item(engine, root, item: dict, executor: SandboxExecutor, *, max_token
     Request per model step, executes the step's calls in the sandbox, returns the generation
     record (no verdict). A step whose prompt no longer fits the context ends the item
     (``prompt_too_long``), as BFCL's own loop stops on a context error."""
-    from ...engine import Request
-
     t0 = time.perf_counter()
     messages = prompts.first_messages(root, item)
     missed = item.get("missed_function") or {}

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import math
 
+from ...errors import ConfigError, DataError
+from ...metrics import row
 from . import checker, parse
-from .data import LIVE, NO_ANSWER
+from .data import LIVE, MULTI_TURN, NO_ANSWER
 from .prompts import language_of
 
 SCORER_VERSION = "bfcl-ast-2"
@@ -77,6 +79,28 @@ def verdict(item: dict, text: str) -> dict:
     return out
 
 
+
+def verdicts(items: list[dict], generations: list[dict], *, executor=None) -> list[dict]:
+    """Per-item verdict records (verdicts.jsonl), in item order."""
+    by_id = {g["item_id"]: g for g in generations}
+    missing = [it["id"] for it in items if it["id"] not in by_id]
+    if missing:
+        raise DataError(f"bfcl: no saved generation for {len(missing)} items (first: {missing[:3]}); "
+                        "the generation rule did not finish")
+    out = []
+    for it in items:
+        g = by_id[it["id"]]
+        if it["category"] in MULTI_TURN:
+            if executor is None:
+                raise ConfigError("bfcl multi-turn scoring needs the sandbox executor")
+            from . import multiturn  # the sandbox's driver: loaded only where multi-turn items are scored
+
+            v = multiturn.verdict(it, g, executor)
+        else:
+            v = verdict(it, g["text"])
+        out.append({"item_id": it["id"], "subset": it["category"], "degenerate": bool(g.get("degenerate")), **v})
+    return out
+
 def _acc(vs: list[dict]) -> tuple[float, float, int]:
     n = len(vs)
     if n == 0:
@@ -95,8 +119,6 @@ def _mean(parts: list[tuple[float, float, int]]) -> tuple[float, float, int]:
 
 def metric_rows(verdicts: list[dict], categories: list[str]) -> list[dict]:
     """Per-category accuracy, BFCL's aggregates where complete, and parse failures."""
-    from ...metrics import row
-
     by_cat: dict[str, list[dict]] = {c: [] for c in categories}
     for v in verdicts:
         by_cat.setdefault(v["subset"], []).append(v)

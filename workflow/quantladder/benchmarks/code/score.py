@@ -16,6 +16,7 @@ error_type is one of
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import re
@@ -27,13 +28,10 @@ from importlib import resources
 from typing import Callable, Iterable
 
 from ... import sandbox
-from ...dataset import metric_row
 from .extract import bigcodebench_program, bigcodebench_solution, humaneval_completion
 
 # Bumped when a change here changes a verdict (Snakemake does not track imported modules).
 SCORER_VERSION = "code-2"  # code-2: the verdict is decided outside the model's process
-ERROR_TYPES = ("syntax", "test_failure", "runtime_error", "early_exit", "timeout", "memory", "violation",
-               "sandbox_error")
 _RESULT = re.compile(r"@@QL_RESULT@@ (\S+) (\{.*\})\s*$", re.M)
 
 
@@ -98,8 +96,6 @@ def program_for(item, code: str) -> tuple[str, Program]:
 def _imports(source: str) -> list[str]:
     """The modules a task's prompt imports at its top level (the harness loads them before it forks,
     so that its two processes do not each pay for them)."""
-    import ast
-
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -213,29 +209,3 @@ def score_generations(items: Iterable, generations: list[dict], settings: ScoreS
 
     with ThreadPoolExecutor(max_workers=max(1, threads)) as ex:
         return list(ex.map(one, todo))
-
-
-def _pass_rows(verdicts: list[dict], subset: str | None) -> list[dict]:
-    n = len(verdicts)
-    if not n:
-        return []
-    k = sum(v["correct"] for v in verdicts)
-    p = k / n
-    rows = [metric_row("pass_at_1", 100.0 * p, "%", stderr=100.0 * math.sqrt(p * (1 - p) / n), n=n,
-                       subset=subset, higher_is_better=True),
-            metric_row("degenerate_rate", 100.0 * sum(v["degenerate"] for v in verdicts) / n, "%", n=n,
-                       subset=subset, higher_is_better=False)]
-    for kind in ERROR_TYPES:
-        rows.append(metric_row(f"failed_{kind}", sum(v["error_type"] == kind for v in verdicts), "items", n=n,
-                               subset=subset, higher_is_better=False))
-    return rows
-
-
-def metric_rows(verdicts: list[dict]) -> list[dict]:
-    """pass@1 (greedy: the share of items passed, binomial stderr), failure counts per kind and the
-    degenerate-repetition rate; overall and per subset (BigCodeBench split)."""
-    rows = _pass_rows(verdicts, None)
-    subsets = sorted({v["subset"] for v in verdicts if v.get("subset")})
-    for s in subsets:
-        rows += _pass_rows([v for v in verdicts if v.get("subset") == s], s)
-    return rows

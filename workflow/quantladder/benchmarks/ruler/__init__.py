@@ -1,17 +1,24 @@
 """RULER long-context retrieval (Hsieh et al. 2024, github.com/NVIDIA/RULER) at 4K-128K tokens.
 
 One shape, as every benchmark here: items (``build``: RULER's generators in ``tasks``, haystacks in
-``haystack``, QA data in ``qa``) -> prompts in the model's own chat template -> answers (``run``,
-resumable) -> scores (``score``: string_match_all / string_match_part, per task and length, the
-average per length, the effective length). KV-cache types come from the point, never from here.
+``haystack``, QA data in ``qa``) -> prompts in the model's own chat template -> answers (the
+package's generation loop, resumable) -> verdicts and scores (``score``: string_match_all /
+string_match_part, per task and length, the average per length, the effective length). KV-cache
+types come from the point, never from here.
 """
 
 from __future__ import annotations
 
 from ... import metrics
+from ...engine import Engine, EngineSettings, Request
+from ...errors import ConfigError
+from ...gguf_meta import read_info
+from ...io import hash_obj, sha256_file
+from ...loops import repeated_ngram_share
 from ...metrics import Metric
-from .. import register
 from ..base import Benchmark, Item
+from . import build, haystack, score
+from . import qa as ruler_qa
 from .tasks import SYNTHETIC, TASKS, TaskSpec, task  # noqa: F401
 
 # Bumped when item generation or scoring changes what a RULER figure means; it goes into the rules'
@@ -40,8 +47,6 @@ def resolve_settings(section: dict | None) -> dict:
     qa_needed = {TASKS[n].args["dataset"] for n in s["tasks"] if TASKS[n].kind == "qa"}
     missing = sorted(d for d in qa_needed if d not in (s.get("qa") or {}))
     if missing:
-        from ...errors import ConfigError
-
         raise ConfigError(f"benchmarks.ruler.tasks asks for QA on {missing}: name their sources under "
                           f"benchmarks.ruler.qa.<dataset> (huggingface_hub or a local path)")
     return s
@@ -57,7 +62,6 @@ metrics.declare(
 )
 
 
-@register
 class Ruler(Benchmark):
     name = "ruler"
     description = "RULER long-context retrieval (niah, vt, cwe, fwe; qa with hub data) at lengths in the model's tokens"
@@ -75,10 +79,6 @@ class Ruler(Benchmark):
 
     def fetch_source(self, dest):
         """The texts items are made of: RULER's word lists, the essay haystack, QA data (hub)."""
-        from ...io import sha256_file
-        from . import haystack
-        from . import qa as ruler_qa
-
         s = self.settings
         words = haystack.word_lists()
         needs_essay = any(TASKS[t].args.get("type_haystack") == "essay" for t in s["tasks"])
@@ -88,15 +88,10 @@ class Ruler(Benchmark):
             qa_files[name] = {"source": s["qa"][name], "path": str(path), "sha256": sha256_file(path)}
         return {"name": "ruler", "version": RULER_VERSION, "word_source": words.source,
                 "essay_source": s["essay"] if needs_essay else None, "qa": qa_files,
-                "sha256": _hash({"words": words.source, "essay": s["essay"] if needs_essay else None,
+                "sha256": hash_obj({"words": words.source, "essay": s["essay"] if needs_essay else None,
                                  "qa": {k: v["sha256"] for k, v in qa_files.items()}})}
 
     def build_items(self, source, *, reference_gguf, family, threads=1, log=None):
-        from ...engine import Engine, EngineSettings
-        from ...gguf_meta import read_info
-        from . import build, haystack
-        from . import qa as ruler_qa
-
         s = self.settings
         info = read_info(reference_gguf)
         lengths, dropped, note = build.cap_lengths(s["lengths"], info.n_ctx_train, s["cap_to_trained_context"])
@@ -122,32 +117,18 @@ class Ruler(Benchmark):
         return max(int(x) for x in self.settings["lengths"])
 
     def drive(self, item, engine, env):
-        from ...engine import Request
-
         prompt = item.data["prompt"]
         tokens = engine.tokenize(prompt, add_bos=not engine.starts_with_bos(prompt))
         gen = yield Request(tuple(tokens), int(item.data["tokens_to_generate"]))
-        from ...loops import repeated_ngram_share
-
         return {"text": gen.text, "n_prompt_tokens": gen.n_prompt_tokens, "n_gen_tokens": gen.n_gen_tokens,
                 "finish_reason": gen.finish_reason, "seconds": round(gen.seconds, 4),
                 "loop_share": round(repeated_ngram_share(gen.text), 4)}
 
     def verdicts(self, items, generations, ctx):
-        from . import run
-
         todo = [{"item_id": it.id, "task": it.subset, "length": it.n_ctx, **it.answer} for it in items
                 if it.id in generations]
-        return run.verdicts(todo, list(generations.values()))
+        return score.verdicts(todo, list(generations.values()))
 
     def metric_rows(self, verdicts, items):
-        from . import score
-
         rows, _ = score.aggregate(verdicts, threshold=self.settings["threshold"])
         return rows
-
-
-def _hash(obj) -> str:
-    from ...io import hash_obj
-
-    return hash_obj(obj)

@@ -38,6 +38,8 @@ def load_text_source(source: dict) -> str:
     ``format: json-text`` reads RULER's own ``PaulGrahamEssays.json`` (``{"text": ...}``), so the
     real-run essays can be that file from the hub or a local copy.
     """
+    # corpora and models load numpy, and corpora reads the code benchmark (its HumanEval corpus):
+    # imported when a haystack is built, not when the benchmarks are listed
     from ...corpora import materialize
     from ...models import resolve_source
 

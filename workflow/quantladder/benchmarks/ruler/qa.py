@@ -111,7 +111,7 @@ def _records_from_file(name: str, path: Path) -> list[dict]:
 
 def load(name: str, source: dict, limit: int | None = None) -> tuple[QAData, Path]:
     """Load one QA dataset ('squad' or 'hotpotqa') from its source; returns the data and the file."""
-    from ...models import resolve_source
+    from ...models import resolve_source  # numpy: loaded when QA data is, not when the benchmarks are listed
 
     if name not in ("squad", "hotpotqa"):
         raise DataError(f"benchmarks.ruler.qa: unknown dataset {name!r} (squad, hotpotqa)")

@@ -22,7 +22,6 @@ from functools import cached_property
 from ... import metrics, sandbox
 from ...errors import DataError
 from ...metrics import Metric
-from .. import register
 from ..base import Benchmark, Item
 from . import checks as C
 from . import taskfile
@@ -41,7 +40,6 @@ metrics.declare(
 )
 
 
-@register
 class Tasks(Benchmark):
     name = "tasks"
     description = "your own task file (JSONL / CSV / Parquet): prompts and checks you wrote, no code needed"
