@@ -7,14 +7,13 @@ from pathlib import Path
 
 import yaml
 
-from . import benchmarks
+from . import REPO_ROOT, benchmarks
 from .errors import ConfigError
 from .generation_policy import GenerationPolicy
 from .kv_policy import parse_kv
 from .ladder import plan, rung_name
 from .models import source_kind
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO_ROOT / "config" / "config.schema.yaml"
 DEFAULT_CONFIG = REPO_ROOT / "config" / "config.yaml"
 

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...config import REPO_ROOT
+from ... import REPO_ROOT
 from ...errors import ConfigError, DataError
 from ...io import hash_obj, sha256_file
 from . import checks as C
