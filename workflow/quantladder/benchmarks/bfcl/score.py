@@ -21,7 +21,7 @@ from . import checker, parse
 from .data import LIVE, MULTI_TURN, NO_ANSWER
 from .prompts import language_of
 
-SCORER_VERSION = "bfcl-ast-2"
+SCORER_VERSION = "bfcl-ast-3"  # bfcl-ast-3: a malformed multi-turn replay is the item's sandbox_error
 
 
 def verdict(item: dict, text: str) -> dict:
