@@ -102,27 +102,34 @@ def parse_ctx(text: str | int) -> int:
     return n
 
 
-def parse_weights(items: list[str] | dict | None) -> dict[str, float]:
-    """['bfcl=1', 'ruler=2', 'humaneval:pass_at_1=1'] → {'bfcl': 1.0, ...}."""
+def _pairs(items: list[str] | dict | None, what: str, example: str, positive: bool) -> dict[str, float]:
+    """['a=1', 'b=2,c=0.5'] (or a mapping) → {'a': 1.0, ...}; each value ≥ 0, or > 0 with ``positive``."""
     if not items:
         return {}
-    if isinstance(items, dict):
-        return {str(k): float(v) for k, v in items.items()}
+    pairs = (list(items.items()) if isinstance(items, dict)
+             else [p.split("=", 1) if "=" in p else (p, None) for it in items for p in str(it).split(",") if p.strip()])
     out = {}
-    for it in items:
-        for part in str(it).split(","):
-            if not part.strip():
-                continue
-            if "=" not in part:
-                raise RecommendError(f"weight {part!r}: write benchmark=weight, e.g. bfcl=1")
-            k, v = part.split("=", 1)
-            try:
-                out[k.strip()] = float(v)
-            except ValueError:
-                raise RecommendError(f"weight {part!r}: {v!r} is not a number") from None
-            if out[k.strip()] < 0:
-                raise RecommendError(f"weight {part!r}: weights must be >= 0")
+    for k, v in pairs:
+        if v is None:
+            raise RecommendError(f"{what} {k!r}: write {example}")
+        try:
+            out[str(k).strip()] = x = float(v)
+        except ValueError:
+            raise RecommendError(f"{what} {k}={v}: {v!r} is not a number") from None
+        if x < 0 or (positive and x == 0):
+            raise RecommendError(f"{what} {k}={v}: {what}s must be {'>' if positive else '>='} 0")
     return out
+
+
+def parse_weights(items: list[str] | dict | None) -> dict[str, float]:
+    """['bfcl=1', 'ruler=2', 'humaneval:pass_at_1=1'] → {'bfcl': 1.0, ...}."""
+    return _pairs(items, "weight", "benchmark=weight, e.g. bfcl=1", positive=False)
+
+
+def parse_tolerance(items: list[str] | dict | None) -> dict[str, float]:
+    """['pass_at_1=2', 'kld_mean=0.02'] → per metric, in its unit (stats.noninferiority)."""
+    return _pairs(items, "tolerance", "metric=tolerance in its unit, e.g. pass_at_1=1 or kld_mean=0.01",
+                  positive=True)
 
 
 def parse_cards(items: list[str] | str) -> list[tuple[str, int]]:
@@ -545,16 +552,18 @@ def _infeasible_message(cands, budget, ctx, min_tg, kv_allowed) -> str:
 def pack(df: pd.DataFrame, cards: list[tuple[str, int]] | list[str] | str, ctx: int | str, *,
          families: list[str] | None = None, kv: list[str] | None = None, min_tg: float | None = None,
          weights: dict[str, float] | list[str] | None = None, require_all: bool = False,
-         card: str | None = None) -> dict:
+         card: str | None = None, tolerance: dict[str, float] | None = None, cautious: bool = False,
+         corpora: list[str] | None = None) -> dict:
     """Place each family at most once (exactly once with ``require_all``) at one (rung, KV) on a card.
 
-    Maximises the summed score; each card's summed predicted memory stays within its size.
+    Maximises the summed ranking score (``candidates``); each card's summed predicted memory stays within its size.
     """
     t0 = time.perf_counter()
     cards = cards if cards and isinstance(cards[0], tuple) else parse_cards(cards)
     ctx = parse_ctx(ctx)
     weights = parse_weights(weights) if not isinstance(weights, dict) else weights
-    cands, excluded, used_w, notes = candidates(df, ctx, weights, card)
+    cands, excluded, used_w, notes = candidates(df, ctx, weights, card, tolerance=tolerance, cautious=cautious,
+                                                corpora=corpora)
     kv_allowed = set(kv) if kv else None
     fams = families or sorted({c.family for c in cands})
     unknown = [f for f in fams if f not in {c.family for c in cands}]

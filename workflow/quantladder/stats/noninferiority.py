@@ -139,7 +139,8 @@ class Decision:
         if self.state == NONINFERIOR:
             out = f"shown within {self._u(t, False)} of the reference: {ci}, its bound {self._u(self.bound)} {side}"
         elif self.state == INFERIOR:
-            out = f"shown to lose more than {self._u(t, False)}: {ci} lies beyond the tolerance"
+            worse = "to lose more than {}" if self.higher_is_better else "more than {} from the reference"
+            out = f"shown {worse.format(self._u(t, False))}: {ci} lies beyond the tolerance"
         else:
             need = (f"; {self.items_needed:,} items needed to show a loss under {self._u(t, False)}"
                     if self.items_needed else "")
