@@ -106,7 +106,7 @@ def _order_undetermined(fam: str, members: list, tolerance, cautious: bool, firs
         shown = c in anchor or all(d is not None and d.shown for d in ds.values())
         key[c.name] = 0.0 if shown else max((d.bound if cautious else d.delta for d in ds.values() if d), default=0.0)
         c.kld = {"corpora": sorted(str(s) for s in ds), "claimed": shown,
-                 "kld_nats": max((d.delta for d in ds.values() if d), default=0.0),
+                 "worst_nats": max((d.delta for d in ds.values() if d), default=0.0),
                  "decisions": {str(s or "the perplexity corpus"): d.text for s, d in ds.items() if d is not None}}
         if shown and c not in anchor:  # ranks with the reference's task score
             c.rank_score = (sum(s["weight"] * (s["value"] - (s["delta"] or 0.0)) for s in c.scores.values())
