@@ -65,8 +65,8 @@ def rank(cands: list, tolerance: dict | None, cautious: bool) -> list[str]:
             d = dec.get((c.name, key))
             ranked += s["weight"] * _credit(s, d, cautious)
             if d is not None:
-                s.update(decision=d.state, reached=d.reached, claimed=d.shown, tolerance=d.tolerance, items_needed=d.items_needed,
-                         decision_text=d.text)
+                s.update(decision=d.state, reached=d.reached, claimed=d.shown, tolerance=d.tolerance,
+                         items_needed=d.items_needed, decision_text=d.text)
                 if d.shown:
                     c.claimed.append({"benchmark": s["benchmark"], "metric": s["metric"], "value": s["value"],
                                       "reference_value": s["value"] - d.delta, "text": f"{key}: {d.text}"})
@@ -95,14 +95,16 @@ def _order_undetermined(fam: str, members: list, tolerance, cautious: bool, firs
         for r in rows[c.name]:
             seqs.setdefault((c.family, c.kv, r["subset"]), []).append((c, _decide(r, KLD[1], False, tolerance)))
     kdec = _walked(seqs)
-    anchor = [c for c in members if c.is_reference and not rows[c.name]]
-    by_kld = bool(kdec) and all(rows[c.name] or c in anchor for c in members)
+    ds_of = {c.name: {r["subset"]: kdec[c.name, r["subset"]] for r in rows[c.name]} for c in members}
+    # the reference the KLDs are measured against has none of its own (or none compared)
+    anchor = [c for c in members if c.is_reference and not any(ds_of[c.name].values())]
+    by_kld = all(c in anchor or any(ds_of[c.name].values()) for c in members) and len(anchor) < len(members)
     key = {}
     for c in members:
         if not by_kld:
             key[c.name] = -(c.bits_per_weight or 0.0)
             continue
-        ds = {r["subset"]: kdec[c.name, r["subset"]] for r in rows[c.name]}
+        ds = ds_of[c.name]
         shown = c in anchor or all(d is not None and d.shown for d in ds.values())
         key[c.name] = 0.0 if shown else max((d.bound if cautious else d.delta for d in ds.values() if d), default=0.0)
         c.kld = {"corpora": sorted(str(s) for s in ds), "claimed": shown,

@@ -21,11 +21,11 @@ fixed-sequence walk down the family's ladder (largest rung first) reached it. An
 by its measured value, or, for a cautious pick, by its interval's lower bound (reference + ci_low),
 and never above its reference's (a gain not shown is not credited). When no rung of a family has a
 task figure the run can tell from its reference or settle against the tolerance, its task scores
-cannot separate its rungs: within the
-family they rank by what the run can tell, the mean KLD on the corpora named (each shown within its
-tolerance ranks with the reference), or by bits per weight where no KLD is measured; no rung is
-credited above one it ranks below. Ties go to the smaller memory. The answer's ``why`` cites the rule
-that decided with its numbers, and names the larger points the choice was preferred over.
+cannot separate its rungs: within the family they rank by what the run can tell, the mean KLD on the
+corpora named (each shown within its tolerance ranks with the reference), or by bits per weight where
+no KLD is measured; no rung is credited above one it ranks below (quantladder.rank). Ties go to the
+smaller memory. The answer's ``why`` cites the rule that decided with its numbers, and names the
+larger points the choice was preferred over.
 
 Figures come from the dataset only. KV bytes per token are ``kv_bytes_predicted / n_ctx`` of the
 point (the cache grows linearly with the context); compute buffers are taken at the measured
@@ -106,8 +106,9 @@ def _pairs(items: list[str] | dict | None, what: str, example: str, positive: bo
     """['a=1', 'b=2,c=0.5'] (or a mapping) → {'a': 1.0, ...}; each value ≥ 0, or > 0 with ``positive``."""
     if not items:
         return {}
-    pairs = (list(items.items()) if isinstance(items, dict)
-             else [p.split("=", 1) if "=" in p else (p, None) for it in items for p in str(it).split(",") if p.strip()])
+    parts = [] if isinstance(items, dict) else [p for it in items for p in str(it).split(",") if p.strip()]
+    pairs = list(items.items()) if isinstance(items, dict) else [p.split("=", 1) if "=" in p else (p, None)
+                                                                  for p in parts]
     out = {}
     for k, v in pairs:
         if v is None:
@@ -324,7 +325,7 @@ def candidates(df: pd.DataFrame, ctx: int, weights: dict[str, float] | None = No
             r["n_ctx"] = int(r["n_ctx"])
         pt = points.setdefault((r["family"], r["rung"], r["kv"]), {"fig": {}, "bench": {}, "bpw": None, "fb": None,
                                                                   "ref": False})
-        pt["ref"] = pt["ref"] or bool(r["is_reference"])
+        pt["ref"] = pt["ref"] or bool(_nn(r["is_reference"]))
         pt["bench"].setdefault(r["benchmark"], []).append(r)
         if r["value"] is not None and r["metric"] != "status":
             pt["fig"].setdefault((r["benchmark"], r["metric"]), []).append(r)
