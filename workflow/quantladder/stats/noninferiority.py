@@ -32,6 +32,7 @@ Pure functions over the dataset's paired columns (``delta``, ``delta_stderr``, `
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Mapping, Sequence
@@ -57,7 +58,7 @@ def tolerance_for(metric: str, unit: str | None, tolerances: Mapping[str, float]
 
 
 def _finite(x) -> bool:
-    return x is not None and isinstance(x, (int, float)) and math.isfinite(x)
+    return isinstance(x, numbers.Real) and math.isfinite(x)  # numpy scalars too
 
 
 def items_needed(tolerance: float, unit: str, delta: float, stderr: float | None, n: int | None, *,
