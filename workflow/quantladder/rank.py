@@ -93,9 +93,11 @@ def _order_undetermined(fam: str, members: list, tolerance, cautious: bool, firs
     seqs: dict[tuple, list] = {}
     for c in members:
         for r in rows[c.name]:
-            seqs.setdefault((c.family, c.kv, r["subset"]), []).append((c, _decide(r, KLD[1], False, tolerance)))
+            d = _decide(r, KLD[1], False, tolerance)
+            if d is not None or not c.is_reference:  # the reference's own row (KLD ≈ 0) anchors the ladder
+                seqs.setdefault((c.family, c.kv, r["subset"]), []).append((c, d))
     kdec = _walked(seqs)
-    ds_of = {c.name: {r["subset"]: kdec[c.name, r["subset"]] for r in rows[c.name]} for c in members}
+    ds_of = {c.name: {r["subset"]: kdec.get((c.name, r["subset"])) for r in rows[c.name]} for c in members}
     # the reference the KLDs are measured against has none of its own (or none compared)
     anchor = [c for c in members if c.is_reference and not any(ds_of[c.name].values())]
     by_kld = all(c in anchor or any(ds_of[c.name].values()) for c in members) and len(anchor) < len(members)
