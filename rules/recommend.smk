@@ -4,7 +4,9 @@
 #   snakemake results/<card>/recommendation/mem24GiB-ctx32768.json
 #
 # Optional config section `recommend:` (kv_types: [f16, q8_0], min_tg_tokens_per_s: 20,
-# weights: {bfcl: 1, ruler: 2}); unset keys mean any KV type, no speed floor, equal task weights.
+# weights: {bfcl: 1, ruler: 2}, tolerance: {pass_at_1: 1, kld_mean: 0.01}, cautious: false,
+# corpora: [wikitext-2]); unset keys mean any KV type, no speed floor, equal task weights, the
+# documented tolerances (docs/statistics.md), measured figures, every perplexity corpus.
 
 
 rule recommend:
@@ -33,5 +35,10 @@ rule recommend:
         weights=json.dumps(
             config.get("recommend", {}).get("weights", {}), sort_keys=True
         ),
+        tolerance=json.dumps(
+            config.get("recommend", {}).get("tolerance", {}), sort_keys=True
+        ),
+        cautious=json.dumps(config.get("recommend", {}).get("cautious", False)),
+        corpora=json.dumps(config.get("recommend", {}).get("corpora")),
     script:
         "../scripts/recommend.py"

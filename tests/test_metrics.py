@@ -19,9 +19,9 @@ from quantladder.metrics import Metric, MetricError
 
 REPO = Path(__file__).resolve().parents[1]
 PKG = REPO / "workflow" / "quantladder"
-# The modules that read figures (the dataset view, report, recommender, anchor gate, plan).
+# The modules that read figures (the dataset view, report, recommender and its ranking, anchor gate, plan).
 CONSUMERS = ["dataset_view.py", *sorted(f"report/{p.name}" for p in (PKG / "report").glob("*.py")), "recommend.py",
-             "anchors.py", "plan.py"]
+             "rank.py", "anchors.py", "plan.py"]
 # A string literal that reads like a figure's name: what a consumer would misspell.
 FIGURE_LIKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*_(bytes|per_s|token|tokens|rate|share|items|pct|s|w|j|"
                          r"mean|ratio|bits|seconds)$|^(ppl|kld_[a-z0-9_]+|pass_at_1|accuracy|score_avg|score|"

@@ -2,6 +2,7 @@
 
     quantladder recommend --mem 24GiB --ctx 32768 --dataset results/<card>/points.parquet \
         [--kv f16,q8_0] [--min-tg 20] [--weight bfcl=1 --weight ruler=2] [--card NAME] [--json]
+        [--tolerance pass_at_1=1 --tolerance kld_mean=0.01] [--cautious] [--corpus wikitext-2]
     quantladder pack --cards L4=24GiB,L4b=24GiB --ctx 8192 --dataset ... [--families a,b] [--require-all]
     quantladder report [--configfile config/full.yaml] [--directory DIR] [--card NAME]
         (while a run goes on, or after it stopped: the report of whatever points are finished, with
@@ -38,6 +39,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weight", action="append", default=[], metavar="BENCH[:METRIC]=W",
                    help="task weight (repeatable); default: equal weights over the task benchmarks")
     p.add_argument("--card", help="card key when the dataset holds several")
+    p.add_argument("--tolerance", action="append", default=[], metavar="METRIC=T",
+                   help="loss a rung may be shown within to rank with its reference, in the metric's unit "
+                        "(repeatable; default 1 point of a %%, 0.01 nats of KLD; docs/statistics.md)")
+    p.add_argument("--cautious", action="store_true",
+                   help="rank a figure not shown within the tolerance by its interval's lower bound")
+    p.add_argument("--corpus", help="perplexity corpora whose KLD ranks rungs the task scores cannot separate, "
+                                    "comma-separated (default: every one measured)")
     p.add_argument("--json", action="store_true", help="print the answer as JSON")
 
 
@@ -114,13 +122,15 @@ def main(argv: list[str] | None = None) -> int:
 
         df = dv.load(args.dataset)
         weights = rec.parse_weights(args.weight)
+        rank = {"tolerance": rec.parse_tolerance(args.tolerance), "cautious": args.cautious,
+                "corpora": _split(args.corpus)}
         if args.cmd == "recommend":
             result = rec.recommend(df, args.mem, args.ctx, kv=_split(args.kv), min_tg=args.min_tg,
-                                   weights=weights, card=args.card, n_runners_up=args.runners_up)
+                                   weights=weights, card=args.card, n_runners_up=args.runners_up, **rank)
         else:
             result = rec.pack(df, rec.parse_cards(args.cards), args.ctx, families=_split(args.families),
                               kv=_split(args.kv), min_tg=args.min_tg, weights=weights,
-                              require_all=args.require_all, card=args.card)
+                              require_all=args.require_all, card=args.card, **rank)
         print(json.dumps(result, indent=2, default=str) if args.json else rec.format_text(result))
         return 0 if result["feasible"] else 2
     except QuantladderError as e:

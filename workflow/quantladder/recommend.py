@@ -12,14 +12,20 @@ score). Mode 2, ``pack``: place several families, each at one (rung, KV type), o
 so that every card's memory holds, maximising the summed score (an assignment problem: "same VRAM,
 a big model in Q4 or a small one in Q8?" over several cards at once).
 
-**A loss not distinguishable from the reference is no loss to pay memory for.** Each score figure
-carries the dataset's paired verdict against the family's reference rung (quantladder.deltas). Both
-modes rank by a score that takes, for a figure whose verdict is "no loss detectable", the higher of
-the figure and its reference's figure (value − delta): the run cannot tell the two apart, so a larger
-file buys nothing it could show. A "loss within noise" is a significant loss all the same and keeps
-its figure. Ties go to the smaller memory. The answer says when this decided it, citing the
-verdicts, and names the larger points it was preferred over; the measured score is reported beside
-the ranking score.
+**A loss is no loss only where the run shows it** (``stats.noninferiority``: "no loss detectable" at
+8 items is absence of evidence, not evidence of absence). Each score figure carries the dataset's
+paired interval against the family's reference rung (quantladder.deltas). A figure ranks with its
+reference's figure (value − delta) only when it is *shown* within the tolerance (``recommend.tolerance``
+per metric; 1 point of a % by default): the bad-side bound of its 95 % interval is within it, and the
+fixed-sequence walk down the family's ladder (largest rung first) reached it. Any other figure ranks
+by its measured value, or, for a cautious pick, by its interval's lower bound (reference + ci_low),
+and never above its reference's (a gain not shown is not credited). When no rung of a family has a
+task figure the run can tell from its reference or settle against the tolerance, its task scores
+cannot separate its rungs: within the family they rank by what the run can tell, the mean KLD on the
+corpora named (each shown within its tolerance ranks with the reference), or by bits per weight where
+no KLD is measured; no rung is credited above one it ranks below (quantladder.rank). Ties go to the
+smaller memory. The answer's ``why`` cites the rule that decided with its numbers, and names the
+larger points the choice was preferred over.
 
 Figures come from the dataset only. KV bytes per token are ``kv_bytes_predicted / n_ctx`` of the
 point (the cache grows linearly with the context); compute buffers are taken at the measured
@@ -40,6 +46,7 @@ import pulp
 from . import dataset_view as dv
 from . import metrics
 from .errors import QuantladderError
+from .rank import KLD, rank, why_chosen
 
 EPS_TIE = 1e-6  # tie-break towards less memory, far below any score difference that matters
 MEMORY_FIGURES = ("weights_bytes", "kv_bytes_predicted", "compute_buffer_bytes", "predicted_total_bytes",
@@ -95,27 +102,35 @@ def parse_ctx(text: str | int) -> int:
     return n
 
 
-def parse_weights(items: list[str] | dict | None) -> dict[str, float]:
-    """['bfcl=1', 'ruler=2', 'humaneval:pass_at_1=1'] → {'bfcl': 1.0, ...}."""
+def _pairs(items: list[str] | dict | None, what: str, example: str, positive: bool) -> dict[str, float]:
+    """['a=1', 'b=2,c=0.5'] (or a mapping) → {'a': 1.0, ...}; each value ≥ 0, or > 0 with ``positive``."""
     if not items:
         return {}
-    if isinstance(items, dict):
-        return {str(k): float(v) for k, v in items.items()}
+    parts = [] if isinstance(items, dict) else [p for it in items for p in str(it).split(",") if p.strip()]
+    pairs = list(items.items()) if isinstance(items, dict) else [p.split("=", 1) if "=" in p else (p, None)
+                                                                  for p in parts]
     out = {}
-    for it in items:
-        for part in str(it).split(","):
-            if not part.strip():
-                continue
-            if "=" not in part:
-                raise RecommendError(f"weight {part!r}: write benchmark=weight, e.g. bfcl=1")
-            k, v = part.split("=", 1)
-            try:
-                out[k.strip()] = float(v)
-            except ValueError:
-                raise RecommendError(f"weight {part!r}: {v!r} is not a number") from None
-            if out[k.strip()] < 0:
-                raise RecommendError(f"weight {part!r}: weights must be >= 0")
+    for k, v in pairs:
+        if v is None:
+            raise RecommendError(f"{what} {k!r}: write {example}")
+        try:
+            out[str(k).strip()] = x = float(v)
+        except ValueError:
+            raise RecommendError(f"{what} {k}={v}: {v!r} is not a number") from None
+        if x < 0 or (positive and x == 0):
+            raise RecommendError(f"{what} {k}={v}: {what}s must be {'>' if positive else '>='} 0")
     return out
+
+
+def parse_weights(items: list[str] | dict | None) -> dict[str, float]:
+    """['bfcl=1', 'ruler=2', 'humaneval:pass_at_1=1'] → {'bfcl': 1.0, ...}."""
+    return _pairs(items, "weight", "benchmark=weight, e.g. bfcl=1", positive=False)
+
+
+def parse_tolerance(items: list[str] | dict | None) -> dict[str, float]:
+    """['pass_at_1=2', 'kld_mean=0.02'] → per metric, in its unit (stats.noninferiority)."""
+    return _pairs(items, "tolerance", "metric=tolerance in its unit, e.g. pass_at_1=1 or kld_mean=0.01",
+                  positive=True)
 
 
 def parse_cards(items: list[str] | str) -> list[tuple[str, int]]:
@@ -151,9 +166,12 @@ class Candidate:
     score: float  # weighted quality, %
     score_stderr: float | None
     rank_score: float = 0.0  # the score the choice ranks by (see the module docstring), %
-    scores: dict = field(default_factory=dict)  # benchmark -> {metric, value, stderr, unit, n_ctx, status}
+    scores: dict = field(default_factory=dict)  # benchmark -> {metric, value, stderr, unit, n_ctx, status, decision}
     caveats: list = field(default_factory=list)
-    indistinguishable: list = field(default_factory=list)  # figures ranked with their reference: the verdicts
+    claimed: list = field(default_factory=list)  # figures ranked with their reference's: shown within the tolerance
+    is_reference: bool = False
+    kld: dict | None = None  # the point's mean KLD per corpus and its decision, where the family ranks by it
+    ranked_by: str = "task scores"  # or "KLD" / "bits per weight" where the task scores cannot separate the rungs
 
     @property
     def name(self) -> str:
@@ -267,8 +285,12 @@ def _score_spec(df: pd.DataFrame, weights: dict[str, float]) -> dict[str, str]:
 
 
 def candidates(df: pd.DataFrame, ctx: int, weights: dict[str, float] | None = None,
-               card: str | None = None) -> tuple[list[Candidate], list[dict], dict[str, float], list[str]]:
-    """Every point with the figures needed: (candidates, excluded with reasons, weights used, notes)."""
+               card: str | None = None, *, tolerance: dict[str, float] | None = None, cautious: bool = False,
+               corpora: list[str] | None = None) -> tuple[list[Candidate], list[dict], dict[str, float], list[str]]:
+    """Every point with the figures needed, ranked (module docstring): (candidates, excluded with
+    reasons, weights used, notes). ``tolerance``: per metric name, in its unit (default
+    ``stats.noninferiority.DEFAULT_TOLERANCE``); ``cautious``: rank a figure not shown within it by its
+    interval's lower bound; ``corpora``: the perplexity corpora whose KLD counts (None: every one)."""
     cards = sorted(df["card"].dropna().unique())
     if card is None:
         if len(cards) > 1:
@@ -287,21 +309,23 @@ def candidates(df: pd.DataFrame, ctx: int, weights: dict[str, float] | None = No
     spec = _score_spec(df, weights)
     wsum = sum(weights.values())
     # Plain records grouped once: a dataset of hundreds of points answers in well under a second.
-    cols = dv.POINT + ["benchmark", "metric", "subset", "n_ctx", "value", "stderr", "unit", "status",
-                       "status_reason", "bits_per_weight", "file_bytes", "delta", "delta_ci_low", "delta_ci_high",
-                       "verdict", "verdict_text"]
+    cols = dv.POINT + ["benchmark", "metric", "subset", "n_ctx", "value", "stderr", "n", "unit", "status",
+                       "status_reason", "bits_per_weight", "file_bytes", "is_reference", "delta", "delta_stderr",
+                       "delta_ci_low", "delta_ci_high", "verdict", "verdict_text"]
     # Only the rows an answer reads (scores, memory, speed, and any row that marks a benchmark bad): a
     # dataset of hundreds of points holds hundreds of thousands of rows.
-    used = {m for _, m in spec.values()} | set(MEMORY_FIGURES) | {"tg_tokens_per_s"}
+    used = {m for _, m in spec.values()} | set(MEMORY_FIGURES) | {"tg_tokens_per_s", KLD[1]}
     sel = df["metric"].isin(used) | df["status"].isin(dv.BAD_STATUSES)
     points: dict[tuple, dict] = {}
     for r in df.loc[sel, cols].to_dict("records"):
-        for c in ("n_ctx", "value", "stderr", "bits_per_weight", "file_bytes", "delta", "delta_ci_low",
-                  "delta_ci_high", "verdict", "verdict_text"):
+        for c in ("n_ctx", "value", "stderr", "n", "bits_per_weight", "file_bytes", "delta", "delta_stderr",
+                  "delta_ci_low", "delta_ci_high", "verdict", "verdict_text"):
             r[c] = _nn(r[c])
         if r["n_ctx"] is not None:
             r["n_ctx"] = int(r["n_ctx"])
-        pt = points.setdefault((r["family"], r["rung"], r["kv"]), {"fig": {}, "bench": {}, "bpw": None, "fb": None})
+        pt = points.setdefault((r["family"], r["rung"], r["kv"]), {"fig": {}, "bench": {}, "bpw": None, "fb": None,
+                                                                  "ref": False})
+        pt["ref"] = pt["ref"] or bool(_nn(r["is_reference"]))
         pt["bench"].setdefault(r["benchmark"], []).append(r)
         if r["value"] is not None and r["metric"] != "status":
             pt["fig"].setdefault((r["benchmark"], r["metric"]), []).append(r)
@@ -318,8 +342,8 @@ def candidates(df: pd.DataFrame, ctx: int, weights: dict[str, float] | None = No
         if not reason and trained and ctx > max(r["value"] for r in trained):
             reason = (f"the model was trained for {int(max(r['value'] for r in trained))} tokens of context, "
                       f"fewer than {ctx}")
-        scores, caveats, same = {}, [], []
-        total, ranked, var, var_known = 0.0, 0.0, 0.0, True
+        scores, caveats = {}, []
+        total, var, var_known = 0.0, 0.0, True
         for wkey, (bench, metric) in spec.items():
             if reason:
                 break
@@ -340,15 +364,11 @@ def candidates(df: pd.DataFrame, ctx: int, weights: dict[str, float] | None = No
             se = r["stderr"]
             value = float(r["value"])
             scores[wkey] = {"benchmark": bench, "metric": metric, "value": value, "stderr": se,
-                            "unit": r["unit"], "n_ctx": r["n_ctx"], "status": st, "weight": weights[wkey],
-                            "delta": r["delta"], "delta_ci_low": r["delta_ci_low"], "delta_ci_high": r["delta_ci_high"],
+                            "unit": r["unit"], "n_ctx": r["n_ctx"], "n": r["n"], "status": st,
+                            "weight": weights[wkey], "delta": r["delta"], "delta_stderr": r["delta_stderr"],
+                            "delta_ci_low": r["delta_ci_low"], "delta_ci_high": r["delta_ci_high"],
                             "verdict": r["verdict"], "verdict_text": r["verdict_text"]}
-            rank = _ranked(value, r)
-            if rank > value:
-                same.append({"benchmark": bench, "metric": metric, "reference_value": rank, "value": value,
-                             "verdict": r["verdict"], "verdict_text": r["verdict_text"]})
             total += weights[wkey] * value
-            ranked += weights[wkey] * rank
             if se is None:
                 var_known = False
             else:
@@ -363,23 +383,12 @@ def candidates(df: pd.DataFrame, ctx: int, weights: dict[str, float] | None = No
             weights_bytes=weights_b, kv_bytes=kv_b, buffer_bytes=buf_b, memory_bytes=weights_b + kv_b + buf_b,
             tg_tokens_per_s=None if spr is None else float(spr["value"]),
             tg_stderr=None if spr is None else spr["stderr"], score=total / wsum,
-            score_stderr=math.sqrt(var) / wsum if var_known else None, rank_score=ranked / wsum, scores=scores,
-            caveats=caveats + mnotes, indistinguishable=same))
+            score_stderr=math.sqrt(var) / wsum if var_known else None, scores=scores,
+            caveats=caveats + mnotes, is_reference=pt["ref"],
+            kld={"rows": [r for r in fig.get(KLD, []) if corpora is None or r["subset"] in corpora]}))
+    notes += rank(out, tolerance, cautious)
     out.sort(key=lambda c: (-c.rank_score, c.memory_bytes, c.name))
     return out, excluded, weights, notes
-
-
-# Only "no loss detectable": a "loss within noise" is still a significant, one-sided loss (the harness's
-# own flips are as likely either way), so it keeps its measured figure; the answer shows its verdict.
-NOT_A_LOSS = ("no loss detectable",)
-
-
-def _ranked(value: float, r: dict) -> float:
-    """The figure the choice ranks by: its reference's (value − delta) where the paired verdict cannot
-    tell the two apart and the reference's is higher, else the figure itself."""
-    if r.get("verdict") in NOT_A_LOSS and r.get("delta") is not None and r["delta"] < 0:
-        return value - float(r["delta"])
-    return value
 
 
 # ---------------------------------------------------------------- mode 1: one model on one budget
@@ -420,26 +429,31 @@ def _allowed(c: Candidate, budget, min_tg, kv_allowed, banned) -> bool:
 
 def recommend(df: pd.DataFrame, mem: int | str, ctx: int | str, *, kv: list[str] | None = None,
               min_tg: float | None = None, weights: dict[str, float] | list[str] | None = None,
-              card: str | None = None, n_runners_up: int = 3, prepared: tuple | None = None) -> dict:
+              card: str | None = None, n_runners_up: int = 3, prepared: tuple | None = None,
+              tolerance: dict[str, float] | None = None, cautious: bool = False,
+              corpora: list[str] | None = None) -> dict:
     """The best (family, rung, KV) for ``mem`` bytes at ``ctx`` tokens, runners-up, binding constraints.
 
     Returns a JSON-able dict; ``feasible`` False (with ``message``) when nothing fits. Raises
     RecommendError for a request the dataset cannot be asked (unknown benchmark, no figures at all).
-    ``prepared``: what ``candidates(df, ctx, weights, card)`` returned, to ask several budgets at one
-    context without reading the dataset again.
+    ``prepared``: what ``candidates(df, ctx, weights, card, ...)`` returned, to ask several budgets at one
+    context without reading the dataset again. ``tolerance``, ``cautious``, ``corpora``: see ``candidates``.
+    The answer's ``why`` cites the rule that decided, with its numbers ("" where the best needs no reason).
     """
     t0 = time.perf_counter()
     budget, ctx = parse_bytes(mem), parse_ctx(ctx)
     weights = parse_weights(weights) if not isinstance(weights, dict) else weights
     kv_allowed = set(kv) if kv else None
-    cands, excluded, used_w, notes = prepared if prepared is not None else candidates(df, ctx, weights, card)
+    cands, excluded, used_w, notes = prepared if prepared is not None else candidates(
+        df, ctx, weights, card, tolerance=tolerance, cautious=cautious, corpora=corpora)
     notes = list(notes)
     if kv_allowed:
         unknown = kv_allowed - {c.kv for c in cands} - {e["name"].split("/")[-1] for e in excluded}
         if unknown:
             notes.append(f"KV types {sorted(unknown)} are not in the dataset")
     req = {"memory_budget_bytes": budget, "context_tokens": ctx, "kv_types": sorted(kv_allowed) if kv_allowed else None,
-           "min_tg_tokens_per_s": min_tg, "weights": used_w}
+           "min_tg_tokens_per_s": min_tg, "weights": used_w, "tolerance": tolerance or {}, "cautious": cautious,
+           "corpora": corpora}
     result = {"request": req, "card": cands[0].card if cands else card, "notes": notes, "excluded": excluded,
               "n_candidates": len(cands)}
     if not cands:
@@ -469,12 +483,11 @@ def recommend(df: pd.DataFrame, mem: int | str, ctx: int | str, *, kv: list[str]
             binding.append({"constraint": name, "without_it": alt.name, "score_without_it": alt.score,
                             "score_gain": alt.rank_score - best.rank_score})
     over = preferred_over(best, cands, budget, min_tg, kv_allowed)
+    why = why_chosen(best, over, cautious)
     message = (f"run {best.name}: predicted {dv.fmt_bytes(best.memory_bytes)} of {dv.fmt_bytes(budget)} at "
-               f"{ctx} tokens, score {best.score:.2f} %")
-    if over:
-        message += "; " + why_preferred(best, over)
+               f"{ctx} tokens, score {best.score:.2f} %") + (f"; {why}" if why else "")
     result.update(
-        feasible=True, best=best.as_dict(), runners_up=[r.as_dict() for r in runners], binding=binding,
+        feasible=True, best=best.as_dict(), runners_up=[r.as_dict() for r in runners], binding=binding, why=why,
         preferred_over=[{"name": c.name, "score": c.score, "memory_bytes": c.memory_bytes} for c in over],
         slack={"memory_bytes": budget - best.memory_bytes,
                "tg_tokens_per_s": None if min_tg is None or best.tg_tokens_per_s is None else best.tg_tokens_per_s - min_tg},
@@ -485,9 +498,8 @@ def recommend(df: pd.DataFrame, mem: int | str, ctx: int | str, *, kv: list[str]
 
 def preferred_over(best: Candidate, cands: list[Candidate], budget, min_tg, kv_allowed) -> list[Candidate]:
     """The points within the constraints that score higher as measured but use more memory, and that
-    the choice passed over because its loss against them is not distinguishable."""
-    if not best.indistinguishable:
-        return []
+    the choice passed over: it is shown within the tolerance of its reference, or the larger point's
+    task scores do not separate it from the choice (their family ranks by KLD or bits)."""
     out = []
     for c in cands:
         if c.name == best.name or c.memory_bytes <= best.memory_bytes or c.score <= best.score + 1e-9:
@@ -497,13 +509,6 @@ def preferred_over(best: Candidate, cands: list[Candidate], budget, min_tg, kv_a
         if c.rank_score <= best.rank_score + 1e-9:
             out.append(c)
     return sorted(out, key=lambda c: (-c.score, c.memory_bytes))
-
-
-def why_preferred(best: Candidate, over: list[Candidate]) -> str:
-    cites = "; ".join(f"{s['benchmark']} {s['metric']}: {s['verdict_text']}" for s in best.indistinguishable)
-    names = ", ".join(f"{c.name} ({dv.fmt_bytes(c.memory_bytes)}, score {c.score:.2f} %)" for c in over)
-    return (f"preferred over the larger {names}: its loss against its family's reference is not distinguishable "
-            f"({cites}), so it ranks with the reference's score {best.rank_score:.2f} % and the smaller memory wins")
 
 
 def _no_data_message(excluded: list[dict]) -> str:
@@ -548,16 +553,18 @@ def _infeasible_message(cands, budget, ctx, min_tg, kv_allowed) -> str:
 def pack(df: pd.DataFrame, cards: list[tuple[str, int]] | list[str] | str, ctx: int | str, *,
          families: list[str] | None = None, kv: list[str] | None = None, min_tg: float | None = None,
          weights: dict[str, float] | list[str] | None = None, require_all: bool = False,
-         card: str | None = None) -> dict:
+         card: str | None = None, tolerance: dict[str, float] | None = None, cautious: bool = False,
+         corpora: list[str] | None = None) -> dict:
     """Place each family at most once (exactly once with ``require_all``) at one (rung, KV) on a card.
 
-    Maximises the summed score; each card's summed predicted memory stays within its size.
+    Maximises the summed ranking score (``candidates``); each card's summed predicted memory stays within its size.
     """
     t0 = time.perf_counter()
     cards = cards if cards and isinstance(cards[0], tuple) else parse_cards(cards)
     ctx = parse_ctx(ctx)
     weights = parse_weights(weights) if not isinstance(weights, dict) else weights
-    cands, excluded, used_w, notes = candidates(df, ctx, weights, card)
+    cands, excluded, used_w, notes = candidates(df, ctx, weights, card, tolerance=tolerance, cautious=cautious,
+                                                corpora=corpora)
     kv_allowed = set(kv) if kv else None
     fams = families or sorted({c.family for c in cands})
     unknown = [f for f in fams if f not in {c.family for c in cands}]
@@ -627,9 +634,10 @@ def _cand_line(c: dict) -> str:
     for key, s in c["scores"].items():
         if s.get("delta") is not None:
             line += (f"\n      {key} vs reference: Δ {s['delta']:+.2f} points (95 % CI {s['delta_ci_low']:+.2f}…"
-                     f"{s['delta_ci_high']:+.2f}), {s['verdict']}")
-    if c.get("indistinguishable"):
-        line += f"\n      ranked with its reference: {c['rank_score']:.2f} %"
+                     f"{s['delta_ci_high']:+.2f}), {s['verdict']}; {s.get('decision', 'no tolerance')}"
+                     + ("" if s.get("reached", True) else " (not reached by the walk down the ladder)"))
+    if abs(c["rank_score"] - c["score"]) > 1e-9 or c["ranked_by"] != "task scores":
+        line += f"\n      ranked at {c['rank_score']:.3f} % (by {c['ranked_by']})"
     if c["caveats"]:
         line += "\n      caveats: " + "; ".join(c["caveats"])
     return line
@@ -658,8 +666,8 @@ def format_text(result: dict) -> str:
             lines += ["  " + _cand_line(c) for c in slot["models"]]
         return "\n".join(lines)
     lines.append("best:  " + _cand_line(result["best"]))
-    if result.get("preferred_over"):
-        lines.append("why:   " + result["message"].split("; ", 1)[1])
+    if result.get("why"):
+        lines.append("why:   " + result["why"])
     for i, r in enumerate(result["runners_up"], 2):
         lines.append(f"#{i}:    " + _cand_line(r))
     if result["binding"]:

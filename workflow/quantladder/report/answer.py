@@ -237,9 +237,7 @@ def recommendation_rows(d: pd.DataFrame, card: str) -> tuple[list[list[str]], li
             rows.append([esc(span), "nothing fits", "—", "—", esc(r["message"])])
             continue
         b = r["best"]
-        why = ""
-        if r.get("preferred_over"):
-            why = esc(r["message"].split("; ", 1)[1])
+        why = esc(r.get("why", ""))  # the rule that decided, with its numbers (quantladder.rank)
         cites = "; ".join(f"{esc(k)}: {esc(fmt_delta(s['delta'], s['delta_ci_low'], s['delta_ci_high'], '%'))} "
                           f"{verdict_badge(s['verdict'], s['verdict_text'])}"
                           for k, s in b["scores"].items() if s.get("delta") is not None)

@@ -31,8 +31,15 @@ Early stopping::
 A figure that is a paired difference already (perplexity/KLD rows: the pass measured both on the same tokens)::
 
     v = stats.figure_verdict(stats.figure_delta(0.012, 0.001, 4096, unit="nats", higher_is_better=False))
+
+Is a rung *shown* within a tolerance of its reference (the dataset's delta / delta_ci_* columns)::
+
+    d = stats.noninferiority.decide(delta, ci_low, ci_high, tolerance=1.0, higher_is_better=True, unit="%",
+                                    stderr=delta_stderr, n=n)   # non-inferior | inferior | undetermined
+    walked = stats.noninferiority.walk([("Q8_0", d8), ("Q6_K", d6), ...])   # fixed sequence, largest rung first
 """
 
+from . import noninferiority
 from .multiplicity import METHODS as CORRECTIONS
 from .multiplicity import adjust, benjamini_hochberg, holm, planning_alpha
 from .paired import (PairedDelta, Pairs, compare, equal_subset_weights, mcnemar_exact, newcombe_interval,
@@ -45,6 +52,7 @@ from .verdict import (GAIN, LOSS, NONE, FigureDelta, FigureVerdict, NoiseFloor, 
                       ladder, noise_floor, verdict)
 
 __all__ = [
+    "noninferiority",
     "CORRECTIONS", "adjust", "benjamini_hochberg", "holm", "planning_alpha",
     "PairedDelta", "Pairs", "compare", "equal_subset_weights", "mcnemar_exact", "newcombe_interval", "pair_verdicts",
     "paired_delta", "pairs_from_files", "read_verdicts", "sign_flip_pvalue", "tango_interval",
