@@ -16,6 +16,8 @@ import re
 import resource
 import sys
 
+from ..metrics import row
+
 _BUF = re.compile(r"(\w+)\s+compute buffer size\s*=\s*([\d.]+)\s*MiB")
 _KV = re.compile(r"llama_kv_cache(?:_unified)?:\s+(\w+) KV buffer size\s*=\s*([\d.]+)\s*MiB")
 _MODEL = re.compile(r"(\w+)(?:_Mapped)? model buffer size\s*=\s*([\d.]+)\s*MiB")
