@@ -24,9 +24,7 @@ def small_config(rungs=("Q8_0", "Q4_K_M", "Q2_K"), benchmarks_on=()) -> dict:
     # the default config's other families are merged under this one by Snakemake: switched off
     cfg["families"] = {name: ({**f, "rungs": list(rungs)} if name == fam else {**f, "enabled": False})
                        for name, f in cfg["families"].items()}
-    if "task_rungs" in cfg["families"][fam]:  # the benchmarks run on the rungs kept, or on none
-        kept = [r for r in cfg["families"][fam]["task_rungs"] if r in rungs]
-        cfg["families"][fam]["task_rungs"] = kept or list(rungs)
+    cfg["families"][fam]["task_rungs"] = list(rungs)  # the benchmarks a test switches on run on every rung
     cfg["threads"] = 2
     ppl = cfg["measures"]["perplexity"]
     ppl.update({"n_ctx": 256, "n_batch": 1024, "max_chunks": 4, "corpora": [ppl["corpus"]]})

@@ -21,10 +21,13 @@ from quantladder.io import sha256_file
 
 @pytest.fixture()
 def cfg():
-    return qconfig.load()
+    """The whole embedded ladder: config/full.yaml laid over the default config."""
+    from quantladder import progress
+
+    return progress.load_config([str(qconfig.REPO_ROOT / "config" / "full.yaml")])
 
 
-def test_default_ladder_names_every_new_rung(cfg):
+def test_embedded_ladder_names_every_new_rung(cfg):
     fam = "smollm2-135m-instruct"
     rungs = qconfig.rungs(cfg, fam)
     for r in ("IQ4_XS", "IQ3_XXS", "IQ2_XXS", "IQ1_M", "Q4_K_M", "Q4_K_M-imat", "NVFP4", "MXFP4", "IQ2_XXS-attn8"):
