@@ -171,27 +171,23 @@ def resolve_source(source: dict, cache_dir: str | None = None) -> Path:
         return p
     if kind == "package":
         return locate_package_file(source["package"], source.get("file", "*.gguf"))
-    hf = source["hf"]
+    return hub_file(source["hf"], "source", cache_dir=cache_dir)
+
+
+def hub_file(hf: dict, where: str, *, repo_type: str = "model", cache_dir=None, error=ModelFileError) -> Path:
+    """One file of a hub repository at its pinned revision, through huggingface_hub's cache (a model,
+    a benchmark's data, a task file). ``where`` names the config key in errors."""
     for key in ("repo_id", "filename", "revision"):
-        if key not in hf:
-            raise ConfigError(f"source.hf.{key} is required (pin the revision: a branch moves)")
+        if not hf.get(key):
+            raise ConfigError(f"{where}.hf.{key} is required (pin the revision: a branch moves)")
     from huggingface_hub import hf_hub_download
 
     try:
-        return Path(
-            hf_hub_download(
-                repo_id=hf["repo_id"],
-                filename=hf["filename"],
-                revision=hf["revision"],
-                repo_type=hf.get("repo_type", "model"),
-                cache_dir=cache_dir,
-            )
-        )
+        return Path(hf_hub_download(repo_id=hf["repo_id"], filename=hf["filename"], revision=hf["revision"],
+                                    repo_type=hf.get("repo_type", repo_type), cache_dir=cache_dir))
     except Exception as e:
-        raise ModelFileError(
-            f"could not get {hf['repo_id']}/{hf['filename']}@{hf['revision']} from the hub: "
-            f"{type(e).__name__}: {e}"
-        ) from e
+        raise error(f"{where}: could not get {hf['repo_id']}/{hf['filename']}@{hf['revision']} from the hub: "
+                    f"{type(e).__name__}: {e}") from e
 
 
 def acquire(source: dict, dest: str | os.PathLike, sha256: str | None = None, cache_dir=None) -> dict:

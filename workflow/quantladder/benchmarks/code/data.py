@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ...errors import ConfigError, DataError
 from ...io import sha256_file
+from ...models import hub_file
 
 SUITES = ("humaneval", "bigcodebench_hard")
 BCB_SPLITS = ("complete", "instruct")
@@ -72,17 +73,8 @@ def resolve_bcb_source(source: dict, cache_dir: str | None = None) -> Path:
     hf = source.get("hf")
     if not hf:
         raise ConfigError("benchmarks.bigcodebench_hard.source: give `path:` or `hf:`")
-    for key in ("repo_id", "filename", "revision"):
-        if key not in hf:
-            raise ConfigError(f"benchmarks.bigcodebench_hard.source.hf.{key} is required (pin the revision)")
-    from huggingface_hub import hf_hub_download
-
-    try:
-        return Path(hf_hub_download(repo_id=hf["repo_id"], filename=hf["filename"], revision=hf["revision"],
-                                    repo_type=hf.get("repo_type", "dataset"), cache_dir=cache_dir))
-    except Exception as e:
-        raise DataError(f"benchmarks.bigcodebench_hard: could not get {hf['repo_id']}/{hf['filename']}"
-                        f"@{hf['revision']} from the hub: {type(e).__name__}: {e}") from e
+    return hub_file(hf, "benchmarks.bigcodebench_hard.source", repo_type="dataset", cache_dir=cache_dir,
+                    error=DataError)
 
 
 def _read_records(path: Path) -> list[dict]:

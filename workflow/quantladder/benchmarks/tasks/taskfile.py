@@ -21,6 +21,7 @@ from pathlib import Path
 from ... import REPO_ROOT
 from ...errors import ConfigError, DataError
 from ...io import hash_obj, sha256_file
+from ...models import hub_file
 from . import checks as C
 
 FORMATS = ("jsonl", "csv", "parquet")
@@ -71,17 +72,7 @@ def resolve_path(path: str) -> Path:
 
 def download(hf: dict, cache_dir: str | None = None) -> Path:
     """A task file from the hub at its pinned revision (huggingface_hub's cache)."""
-    for key in ("repo_id", "filename", "revision"):
-        if not hf.get(key):
-            raise ConfigError(f"benchmarks.tasks.source.hf.{key} is required (pin the revision)")
-    from huggingface_hub import hf_hub_download
-
-    try:
-        return Path(hf_hub_download(repo_id=hf["repo_id"], filename=hf["filename"], revision=hf["revision"],
-                                    repo_type=hf.get("repo_type", "dataset"), cache_dir=cache_dir))
-    except Exception as e:
-        raise DataError(f"benchmarks.tasks: could not get {hf['repo_id']}/{hf['filename']}@{hf['revision']} "
-                        f"from the hub: {type(e).__name__}: {e}") from e
+    return hub_file(hf, "benchmarks.tasks.source", repo_type="dataset", cache_dir=cache_dir, error=DataError)
 
 
 def format_of(path: Path, fmt: str = "auto") -> str:
