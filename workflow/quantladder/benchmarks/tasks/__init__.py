@@ -19,7 +19,7 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 
-from ... import metrics, sandbox
+from ... import metrics
 from ...errors import DataError
 from ...metrics import Metric
 from ..base import Benchmark, Item
@@ -116,6 +116,9 @@ class Tasks(Benchmark):
         if tf is not None and not tf.has_python:
             return {}
         # A Python check runs only in the sandbox: refuse, with install instructions, before anything runs.
+        # (Imported here, as the code suites do: generation never loads the sandbox.)
+        from ... import sandbox
+
         return {"sandbox": sandbox.check_backend((self.settings.get("sandbox") or {}).get("backend", "bubblewrap"))}
 
     def verdicts(self, items, generations, ctx):
