@@ -334,9 +334,9 @@ def get_anchor_spec(wildcards):
 
 
 def runtime_for(rule_name, default):
-    """Runtime (minutes) of a rule whose work does not scale with a model file: from its jobs'
-    benchmark files once some ran, else `resources.runtime_min.<rule>`, else ``default``.
-    Model-sized rules use quantladder.resources.runtime_min."""
+    """Runtime in minutes, for work that does not scale with a model file. It comes from the
+    benchmark files of the jobs that ran, else `resources.runtime_min.<name>`, else ``default``.
+    Model-sized work uses quantladder.resources.runtime_min."""
     return qres.runtime_fixed(rule_name, default, config)
 
 
