@@ -36,6 +36,16 @@ def small_config(rungs=("Q8_0", "Q4_K_M", "Q2_K"), benchmarks_on=()) -> dict:
     return cfg
 
 
+def make_fixture_module():
+    """tests/fixtures/dataset/make_fixture.py, the producers' canned dataset, as a module."""
+    sys.path.insert(0, str(REPO / "tests" / "fixtures" / "dataset"))
+    try:
+        import make_fixture
+    finally:
+        sys.path.pop(0)
+    return make_fixture
+
+
 def write_config(workdir: Path, cfg: dict) -> Path:
     p = workdir / "test-config.yaml"
     p.write_text(yaml.safe_dump(cfg, sort_keys=False))

@@ -3,7 +3,6 @@ manifest's `model` section as the quantize rule's sidecar fills it (quantladder.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -14,22 +13,16 @@ from quantladder import dataset_view as dv
 from quantladder import ladder as qladder
 from quantladder.io import write_json
 from quantladder.measures import speed
+from pipeline_util import make_fixture_module
 
 HERE = Path(__file__).resolve().parent
 
 
-def _make_fixture():
-    sys.path.insert(0, str(HERE / "fixtures" / "dataset"))
-    try:
-        import make_fixture
-    finally:
-        sys.path.pop(0)
-    return make_fixture
 
 
 @pytest.fixture(scope="module")
 def ladder_df(tmp_path_factory):
-    mf = _make_fixture()
+    mf = make_fixture_module()
     return mf, dv.load(mf.build(tmp_path_factory.mktemp("ladder-dataset"), ladder=True))
 
 

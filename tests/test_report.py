@@ -18,6 +18,7 @@ from browser import Browser
 from quantladder import cli, report
 from quantladder import dataset_view as dv
 from quantladder.errors import DataError
+from pipeline_util import make_fixture_module
 
 
 
@@ -427,21 +428,11 @@ def test_statistics_doc_pandas_example_runs(fixture_dataset, capsys):
 
 # -- each rung's identity and the importance-matrix findings (the fixture's `tiny` family: make_fixture.build(ladder=True))
 
-def _make_fixture():
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures" / "dataset"))
-    try:
-        import make_fixture
-    finally:
-        sys.path.pop(0)
-    return make_fixture
-
 
 @pytest.fixture(scope="module")
 def ladder(tmp_path_factory):
     """(make_fixture, the dataset with the `tiny` family, the browser on its cpu-test report, its console log)."""
-    mf = _make_fixture()
+    mf = make_fixture_module()
     src = mf.build(tmp_path_factory.mktemp("ladder-dataset"), ladder=True)
     out = tmp_path_factory.mktemp("ladder-report") / "report.html"
     report.build(src, out, card="cpu-test")

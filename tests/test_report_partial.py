@@ -9,7 +9,6 @@ nothing of which has run.
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from browser import Browser
 from quantladder import aggregate, dataset, report
 from quantladder import dataset_view as dv
+from pipeline_util import make_fixture_module
 
 GONE_POINTS = {("big", "Q4_K_M", "q8_0"), ("small", "Q8_0", "f16"), ("small", "Q8_0", "q8_0")}
 GONE_MEASURES = {("big", "Q6_K", "f16", "bfcl")}
@@ -26,19 +26,12 @@ JOBS = [{"rule": "generate", "jobs": 4, "est_min": 12.5, "basis": "measured"},
         {"rule": "perplexity", "jobs": 3, "est_min": 7.6, "basis": "estimate"}]
 
 
-def _make_fixture():
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures" / "dataset"))
-    try:
-        import make_fixture
-    finally:
-        sys.path.pop(0)
-    return make_fixture
 
 
 @pytest.fixture(scope="module")
 def partial(tmp_path_factory):
     """(the partial dataset, its pending dict)."""
-    mf = _make_fixture()
+    mf = make_fixture_module()
     tmp = tmp_path_factory.mktemp("partial-dataset")
     files = [f for p in mf.POINTS for f in mf.point_files(tmp / "results", "cpu-test", p)]
     kept, missing = [], []
