@@ -3,8 +3,6 @@ manifest's `model` section as the quantize rule's sidecar fills it (quantladder.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import pytest
 
@@ -14,10 +12,6 @@ from quantladder import ladder as qladder
 from quantladder.io import write_json
 from quantladder.measures import speed
 from pipeline_util import make_fixture_module
-
-HERE = Path(__file__).resolve().parent
-
-
 
 
 @pytest.fixture(scope="module")
