@@ -218,7 +218,7 @@ def test_real_model_sample_gives_verdicts_and_rows(smollm_q8, bfcl_record, tmp_p
     from quantladder.benchmarks import ScoringContext
     from quantladder.engine import Engine, EngineSettings
 
-    bench = benchmarks.create("bfcl", {"enabled": True, "categories": SAMPLE, "limit": 1, "max_tokens": 24,
+    bench = benchmarks.create("bfcl", {"enabled": True, "categories": SAMPLE, "limit": 1, "max_new_tokens": 24,
                                        "n_ctx": 4096})
     items, facts = bench.build_items(bfcl_record, reference_gguf=None, family={})
     assert [it.subset for it in items] == SAMPLE and facts["data_sha256"] == bfcl_record["sha256"]
@@ -285,7 +285,7 @@ def test_generation_and_scoring_rules_run(repo_root, tmp_path, bfcl_record, bfcl
     shutil.copy(bfcl_wheel, wheel_dir)
     extra = ("card: cpu\ngeneration: {n_parallel: 2}\nbenchmarks:\n  bfcl:\n    enabled: true\n"
              "    categories: [simple_python, irrelevance]\n"
-             "    limit: 1\n    max_tokens: 16\n    n_ctx: 4096\n  humaneval: {enabled: false}\n"
+             "    limit: 1\n    max_new_tokens: 16\n    n_ctx: 4096\n  humaneval: {enabled: false}\n"
              "  ruler: {enabled: false}\n")
     (work / "extra.yaml").write_text(extra)
     target = "results/cpu/points/smollm2-135m-instruct/Q8_0/f16/bfcl/metrics.json"
@@ -321,7 +321,7 @@ def test_anchor_runner_through_the_gate(smollm_q8, bfcl_wheel, tmp_path, monkeyp
     entry = {"benchmark": "bfcl", "model": {"path": str(smollm_q8)}, "metric": "accuracy", "subset": "simple_python",
              "published": 0.0, "citation": "test", "tolerance": 100, "gpu_layers": 0,
              "settings": {"source": {"path": str(bfcl_wheel)}, "categories": ["simple_python"], "limit": 1,
-                          "max_tokens": 8, "n_ctx": 2048}}
+                          "max_new_tokens": 8, "n_ctx": 2048}}
     ident = {"label": "cpu", "kind": "cpu"}
     res = anchors.evaluate("bfcl", [entry], ident)
     assert res["status"] == "passed" and res["anchors"][0]["reproduced"] in (0.0, 100.0)

@@ -249,7 +249,7 @@ def task_run(tmp_path_factory, repo_root):
     cfg["measures"]["energy"]["enabled"] = False
     cfg["generation"] = {"n_parallel": 4}
     cfg["benchmarks"]["humaneval"].update({"limit": 2, "max_new_tokens": 48})
-    cfg["benchmarks"]["bfcl"].update({"categories": BFCL_AST, "limit": 1, "limits": {}, "max_tokens": 32,
+    cfg["benchmarks"]["bfcl"].update({"categories": BFCL_AST, "limit": 1, "limits": {}, "max_new_tokens": 32,
                                       "n_ctx": 4096})
     cfg_path = write_config(work, cfg)
     label = card.label()

@@ -7,18 +7,14 @@ from pathlib import Path
 
 import yaml
 
-from . import REPO_ROOT, benchmarks
+from . import REPO_ROOT, benchmarks, schemas
 from .errors import ConfigError
 from .generation_policy import GenerationPolicy
 from .kv_policy import parse_kv
 from .ladder import plan, rung_name
 from .models import source_kind
 
-SCHEMA_PATH = REPO_ROOT / "config" / "config.schema.yaml"
 DEFAULT_CONFIG = REPO_ROOT / "config" / "config.yaml"
-
-
-SCHEMA_DIR = REPO_ROOT / "config" / "schemas"
 
 
 def load(path: str | Path = DEFAULT_CONFIG, validate: bool = True) -> dict:
@@ -36,18 +32,7 @@ def load(path: str | Path = DEFAULT_CONFIG, validate: bool = True) -> dict:
 
 def _validate(instance, schema: dict, *, source: str, prefix: str = "", schema_file: Path | None = None) -> None:
     """jsonschema validation with defaults filled in (the same schemas Snakemake's validate uses)."""
-    import jsonschema
-
-    validator_cls = jsonschema.validators.validator_for(schema)
-
-    def set_defaults(validator, properties, inst, schema_):
-        for prop, sub in properties.items():
-            if isinstance(inst, dict) and "default" in sub:
-                inst.setdefault(prop, sub["default"])
-        yield from validator_cls.VALIDATORS["properties"](validator, properties, inst, schema_)
-
-    filler = jsonschema.validators.extend(validator_cls, {"properties": set_defaults})
-    errors = sorted(filler(schema).iter_errors(instance), key=lambda e: list(e.path))
+    errors = sorted(schemas.filling_validator(schema).iter_errors(instance), key=lambda e: list(e.path))
     if errors:
         e = errors[0]
         where = ".".join([prefix] * bool(prefix) + [str(x) for x in e.path]) or "(top level)"
@@ -67,7 +52,7 @@ def _hint(e) -> str:
 
 def validate_config(cfg: dict, source: str = "config") -> dict:
     """The whole config: its schema, every benchmark section's own schema, then the cross-references."""
-    _validate(cfg, yaml.safe_load(SCHEMA_PATH.read_text()), source=source)
+    _validate(cfg, schemas.load(schemas.SCHEMA_PATH), source=source)
     validate_benchmarks(cfg, source)
     check_semantics(cfg, source)
     return cfg
@@ -84,16 +69,25 @@ def check_types(cfg: dict, source: str = "config") -> None:
                                   "is read by YAML as a number: quote it")
 
 
+# Keys that once had another name: one name per knob in every benchmark, and a config that still
+# says the old one is told the new one (rather than a bare "additional property").
+RENAMED_KEYS = {"max_tokens": "max_new_tokens"}
+
+
 def validate_benchmarks(cfg: dict, source: str = "config") -> None:
     """Every `benchmarks:` section names a registered benchmark and passes that benchmark's schema."""
     for name, section in (cfg.get("benchmarks") or {}).items():
         benchmarks.get(name, where=f"{source}: benchmarks")  # unknown: the known names + a did-you-mean
         if not isinstance(section, dict):
             raise ConfigError(f"{source}: key benchmarks.{name}: a mapping of settings, got {type(section).__name__}")
-        schema_file = SCHEMA_DIR / f"{name}.schema.yaml"
+        for old, new in RENAMED_KEYS.items():
+            if old in section:
+                raise ConfigError(f"{source}: key benchmarks.{name}.{old}: renamed {new} (the most tokens a reply "
+                                  f"may have, one name in every benchmark): write {new}: {section[old]}")
+        schema_file = schemas.benchmark_schema_path(name)
         if not schema_file.exists():
             raise ConfigError(f"benchmark {name}: its schema {schema_file} is missing")
-        _validate(section, yaml.safe_load(schema_file.read_text()), source=source, prefix=f"benchmarks.{name}",
+        _validate(section, schemas.load(schema_file), source=source, prefix=f"benchmarks.{name}",
                   schema_file=schema_file)
 
 

@@ -40,7 +40,7 @@ from typing import Callable
 from . import loops
 from .benchmarks.base import Benchmark, Item
 from .budget import Budget, BudgetReached
-from .generation_policy import DEFAULT_WAVE_FACTOR
+from .generation_policy import GenerationPolicy
 from .io import JsonlFile, hash_obj, write_json
 from .measures.memory import peak_rss_bytes
 
@@ -70,11 +70,13 @@ class Wave:
         return hash_obj([[it.id, item_sha(it)] for it in self.items])[:16]
 
 
-def plan(items: list[Item], bench: Benchmark, n_parallel: int, wave_factor: int = DEFAULT_WAVE_FACTOR) -> list[Wave]:
+def plan(items: list[Item], bench: Benchmark, n_parallel: int, wave_factor: int | None = None) -> list[Wave]:
     """Waves in generation order: ascending context, the items' own order within a context."""
     by_ctx: dict[int, list[Item]] = {}
     for it in items:
         by_ctx.setdefault(bench.n_ctx(it), []).append(it)
+    if wave_factor is None:  # the config's default (config/config.schema.yaml)
+        wave_factor = GenerationPolicy({}).wave_factor
     size = 1 if n_parallel <= 1 else n_parallel * max(1, wave_factor)
     waves: list[Wave] = []
     for n_ctx in sorted(by_ctx):
@@ -137,13 +139,15 @@ class Loop:
     for a context (the caller's point settings: model, KV types, GPU layers, n_parallel)."""
 
     def __init__(self, bench: Benchmark, items: list[Item], *, key: str, store_dir: str | os.PathLike,
-                 engine_for: Callable[[int], object], n_parallel: int, wave_factor: int = DEFAULT_WAVE_FACTOR,
+                 engine_for: Callable[[int], object], n_parallel: int, wave_factor: int | None = None,
                  budget: Budget | None = None, time_budget_s: float | None = None, label: str = "",
                  env=None, progress_every_s: float = PROGRESS_EVERY_S, stopper=None):
         self.bench, self.items, self.key = bench, items, key
         self.store = JsonlFile(Path(store_dir) / STORE_NAME)
         self.engine_for = engine_for
         self.n_parallel = max(1, int(n_parallel))
+        if wave_factor is None:
+            wave_factor = GenerationPolicy({}).wave_factor
         self.waves = plan(items, bench, self.n_parallel, wave_factor)
         self.wave_size = 1 if self.n_parallel == 1 else self.n_parallel * max(1, wave_factor)
         self.budget = budget or Budget(None, source="none")

@@ -16,12 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from . import schemas
 from .kv_policy import default_n_parallel
-
-DEFAULT_KV_BUDGET_MB = 2048
-DEFAULT_WAVE_FACTOR = 4
-DEFAULTS = {"n_parallel": "auto", "kv_budget_mb": DEFAULT_KV_BUDGET_MB, "wave_factor": DEFAULT_WAVE_FACTOR,
-            "prefix_cache": True}
 
 
 @dataclass(frozen=True)
@@ -43,7 +39,9 @@ class GenerationPolicy:
     @property
     def record(self) -> dict:
         """The batching settings with their defaults (the generate job's meta keeps them as ``policy``)."""
-        return {**DEFAULTS, **{k: v for k, v in self.section.items() if v is not None and k != "noise_floor"}}
+        defaults = schemas.defaults(schemas.SCHEMA_PATH, "generation")  # the one place they are written
+        return {**{k: v for k, v in defaults.items() if k != "noise_floor"},
+                **{k: v for k, v in self.section.items() if v is not None and k != "noise_floor"}}
 
     @property
     def wave_factor(self) -> int:

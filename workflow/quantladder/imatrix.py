@@ -23,12 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
+from . import schemas
 from .errors import ConfigError, ModelFileError
 from .io import atomic_path, sha256_file
 
 # Defaults of the `imatrix:` config section; llama-imatrix's own default chunk is 512 tokens.
-DEFAULT_SETTINGS = {"n_ctx": 512, "chunks": 64, "process_output": False, "parse_special": False}
-SETTINGS_KEYS = tuple(DEFAULT_SETTINGS)
 
 
 @dataclass
@@ -127,10 +126,11 @@ def weights_for_quantize(path: str | os.PathLike) -> ImatrixData:
 
 
 def resolve_settings(section: dict | None) -> dict:
-    s = dict(DEFAULT_SETTINGS)
+    """quantize.imatrix_settings with the schema's defaults filled (config/config.schema.yaml)."""
+    s = schemas.defaults(schemas.SCHEMA_PATH, "quantize", "imatrix_settings")
     for k, v in (section or {}).items():
-        if k not in DEFAULT_SETTINGS:
-            raise ConfigError(f"imatrix.{k}: unknown setting; known: {', '.join(SETTINGS_KEYS)}")
+        if k not in s:
+            raise ConfigError(f"imatrix.{k}: unknown setting; known: {', '.join(s)}")
         s[k] = v
     if int(s["n_ctx"]) < 16:
         raise ConfigError("imatrix.n_ctx must be at least 16 tokens (llama-imatrix skips smaller batches)")

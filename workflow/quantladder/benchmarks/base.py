@@ -25,6 +25,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generator
 
+from .. import schemas
 from ..errors import ConfigError
 
 
@@ -91,16 +92,15 @@ class Benchmark:
     # they change replies, so they belong to the generation key. `early_stop` (docs/statistics.md)
     # decides which items a rung generates, so it is part of that key too.
     COMMON_GENERATION: ClassVar[tuple[str, ...]] = ("n_parallel", "early_stop")
-    defaults: ClassVar[dict] = {}
-
     def __init__(self, section: dict | None = None):
         self.settings = self.resolve(section or {})
 
     # -- settings -----------------------------------------------------------------------------
     @classmethod
     def resolve(cls, section: dict) -> dict:
-        """The section with defaults filled (callers that did not validate against the schema)."""
-        return {**cls.defaults, **{k: v for k, v in section.items()}}
+        """The section with its schema's defaults filled (config/schemas/<name>.schema.yaml, the one
+        place a default is written), for callers that did not validate against the schema."""
+        return schemas.filled(schemas.benchmark_schema_path(cls.name), section)
 
     @classmethod
     def all_settings(cls) -> tuple[str, ...]:

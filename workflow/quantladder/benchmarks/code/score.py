@@ -51,16 +51,17 @@ class ScoreSettings:
 
     @classmethod
     def from_config(cls, section: dict) -> "ScoreSettings":
-        sb = section.get("sandbox", {}) or {}
-        timeout = float(section.get("timeout_s", 10.0))
+        """From a benchmark's resolved settings (its schema's defaults filled: no default is written here)."""
+        sb = section["sandbox"]
+        timeout = float(section["timeout_s"])
         lim = sandbox.Limits(
             wall_s=timeout, cpu_s=max(1, math.ceil(timeout)),
-            address_space_bytes=int(sb.get("address_space_mb", 4096)) << 20,
-            nproc=int(sb.get("nproc", 64)), file_size_bytes=int(sb.get("file_size_mb", 16)) << 20,
-            open_files=int(sb.get("open_files", 256)), output_bytes=int(sb.get("output_kb", 256)) << 10,
-            disk_bytes=int(sb.get("disk_mb", 64)) << 20, memory_bytes=int(sb.get("memory_mb", 4096)) << 20)
-        return cls(backend=sb.get("backend", "bubblewrap"), python=sb.get("python"), limits=lim,
-                   extra_ro_binds=tuple(sb.get("extra_ro_binds", ())))
+            address_space_bytes=int(sb["address_space_mb"]) << 20,
+            nproc=int(sb["nproc"]), file_size_bytes=int(sb["file_size_mb"]) << 20,
+            open_files=int(sb["open_files"]), output_bytes=int(sb["output_kb"]) << 10,
+            disk_bytes=int(sb["disk_mb"]) << 20, memory_bytes=int(sb["memory_mb"]) << 20)
+        return cls(backend=sb["backend"], python=sb.get("python"), limits=lim,
+                   extra_ro_binds=tuple(sb["extra_ro_binds"]))
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ types come from the point, never from here.
 
 from __future__ import annotations
 
-from ... import metrics
+from ... import metrics, schemas
 from ...engine import Engine, EngineSettings, Request
 from ...errors import ConfigError
 from ...gguf_meta import read_info
@@ -25,23 +25,11 @@ from .tasks import SYNTHETIC, TASKS, TaskSpec, task  # noqa: F401
 # params, because Snakemake does not track the modules a script imports.
 RULER_VERSION = "1"
 
-# The defaults of config/schemas/ruler.schema.yaml, for callers that did not validate.
-DEFAULTS = {
-    "tasks": list(SYNTHETIC),
-    "lengths": [4096, 8192, 16384, 32768, 65536, 131072],
-    "samples": 10,
-    "seed": 42,
-    "cap_to_trained_context": True,
-    "essay": {"builtin": "pydoc-topics"},
-    "qa": {},
-    "threshold": 85.6,
-    "time_budget_s": None,
-}
-
-
 def resolve_settings(section: dict | None) -> dict:
-    """benchmarks.ruler with defaults filled; unknown task names fail here, naming the key."""
-    s = {**DEFAULTS, **{k: v for k, v in (section or {}).items() if v is not None or k == "time_budget_s"}}
+    """benchmarks.ruler with its schema's defaults filled (a null other than time_budget_s takes the
+    default too); unknown task names fail here, naming the key."""
+    given = {k: v for k, v in (section or {}).items() if v is not None or k == "time_budget_s"}
+    s = schemas.filled(schemas.benchmark_schema_path("ruler"), given)
     for name in s["tasks"]:
         task(name)
     qa_needed = {TASKS[n].args["dataset"] for n in s["tasks"] if TASKS[n].kind == "qa"}
@@ -71,7 +59,6 @@ class Ruler(Benchmark):
     item_settings = ("tasks", "lengths", "samples", "seed", "cap_to_trained_context", "essay", "qa")
     generation_settings = ()
     scoring_settings = ("threshold",)
-    defaults = DEFAULTS
 
     @classmethod
     def resolve(cls, section):

@@ -50,8 +50,6 @@ class Tasks(Benchmark):
     item_settings = ("source", "format", "limit")
     generation_settings = ("max_new_tokens", "n_ctx")
     scoring_settings = ("timeout_s", "sandbox")
-    defaults = {"source": None, "format": "auto", "limit": None, "max_new_tokens": 128, "n_ctx": 2048,
-                "timeout_s": 5.0, "sandbox": {"backend": "bubblewrap"}, "time_budget_s": None}
 
     def __init__(self, section=None):
         super().__init__(section)
@@ -119,7 +117,7 @@ class Tasks(Benchmark):
         # (Imported here, as the code suites do: generation never loads the sandbox.)
         from ... import sandbox
 
-        return {"sandbox": sandbox.check_backend((self.settings.get("sandbox") or {}).get("backend", "bubblewrap"))}
+        return {"sandbox": sandbox.check_backend(self.settings["sandbox"]["backend"])}
 
     def verdicts(self, items, generations, ctx):
         from . import pycheck  # the code suites' sandbox runner (code.score, which loads pyarrow): scoring only

@@ -1,0 +1,72 @@
+"""One default per knob: the schemas hold every default, Python reads them (issue 28)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from quantladder import benchmarks, config, imatrix, schemas
+from quantladder.benchmarks.code.score import ScoreSettings
+from quantladder.errors import ConfigError
+from quantladder.generation_policy import GenerationPolicy
+
+PACKAGE = Path(config.__file__).parent
+
+
+@pytest.mark.parametrize("name", benchmarks.names())
+def test_a_benchmark_resolved_from_nothing_is_what_validation_fills(name):
+    """What a caller that never validated gets is what the schema check fills, and it validates."""
+    section = {"enabled": True}
+    if name == "bigcodebench_hard":
+        section["source"] = {"path": "/nonexistent"}  # required: no default exists for it
+    resolved = benchmarks.create(name, dict(section)).settings
+    filled = dict(section)
+    config.validate_benchmarks({"benchmarks": {name: filled}})
+    assert resolved == filled
+
+
+def test_no_benchmark_or_policy_keeps_its_own_copy_of_the_defaults():
+    """A class attribute or module constant of defaults would drift from the schema again."""
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, ast.AnnAssign) else []
+            for t in targets:
+                if isinstance(t, ast.Name) and t.id.lower() in ("defaults", "default_settings") and isinstance(
+                        getattr(node, "value", None), ast.Dict):
+                    offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {t.id}")
+    assert offenders == []
+
+
+def test_generation_and_imatrix_defaults_are_the_schemas():
+    schema = schemas.load(schemas.SCHEMA_PATH)["properties"]
+    gen = schema["generation"]["properties"]
+    assert GenerationPolicy({}).record == {k: gen[k]["default"] for k in ("n_parallel", "kv_budget_mb",
+                                                                          "wave_factor", "prefix_cache")}
+    im = schema["quantize"]["properties"]["imatrix_settings"]["properties"]
+    assert imatrix.resolve_settings({}) == {k: v["default"] for k, v in im.items()}
+    with pytest.raises(ConfigError, match="imatrix.chunk: unknown setting; known: n_ctx, chunks"):
+        imatrix.resolve_settings({"chunk": 3})
+
+
+def test_a_suite_without_a_sandbox_section_gets_its_own_schemas_limits():
+    """BigCodeBench's schema promises 16 GiB for the sandbox's processes; before the defaults had
+    one home a config without a sandbox section got HumanEval's 4 GiB."""
+    bcb = ScoreSettings.from_config(benchmarks.create("bigcodebench_hard", {"source": {"path": "x"}}).settings)
+    he = ScoreSettings.from_config(benchmarks.create("humaneval", {}).settings)
+    assert (bcb.limits.memory_bytes, he.limits.memory_bytes) == (16384 << 20, 4096 << 20)
+    assert (bcb.limits.address_space_bytes, bcb.limits.nproc) == (32768 << 20, 256)
+    # a partial section keeps the rest of the defaults
+    part = ScoreSettings.from_config(benchmarks.create("humaneval", {"sandbox": {"nproc": 9}}).settings)
+    assert (part.limits.nproc, part.backend, part.limits.memory_bytes) == (9, "bubblewrap", 4096 << 20)
+
+
+def test_an_old_knob_name_is_refused_with_its_new_name():
+    cfg = config.load(config.DEFAULT_CONFIG)
+    cfg["benchmarks"]["bfcl"]["max_tokens"] = cfg["benchmarks"]["bfcl"].pop("max_new_tokens")
+    with pytest.raises(ConfigError, match=r"benchmarks\.bfcl\.max_tokens: renamed max_new_tokens .* "
+                                          r"write max_new_tokens: 256"):
+        config.validate_config(cfg, source="my.yaml")
