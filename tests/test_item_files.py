@@ -9,6 +9,8 @@ already written, and a killed writer's temporary file is removed by the next wri
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +22,8 @@ import pytest
 from quantladder import benchmarks, scoring
 from quantladder.benchmarks import ScoringContext
 from quantladder.benchmarks.base import Env
+from quantladder import io
+from quantladder.errors import DataError
 from quantladder.io import CorruptLineError, JsonlFile, atomic_path, read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,16 +46,88 @@ def test_a_torn_tail_is_cut_back_before_the_next_append(tmp_path, caplog):
 def test_a_corrupt_middle_line_is_an_error_naming_file_and_line(tmp_path):
     p = tmp_path / "generations.jsonl"
     p.write_text('{"item_id": "a"}\n{"item_id": "b", oops}\n{"item_id": "c"}\n')
-    with pytest.raises(CorruptLineError, match=r"generations\.jsonl:2: not a JSON record.*delete that line"):
+    with pytest.raises(CorruptLineError, match=r"generations\.jsonl:2: not a JSON record.*delete the file"):
         read_jsonl(p)
     p.write_text('{"item_id": "a"}\n[1, 2]\n')
     with pytest.raises(CorruptLineError, match=r":2: a JSON list, not a record"):
         JsonlFile(p).repair()
 
 
+@pytest.mark.parametrize("kind, name, restores", [
+    (io.ITEMS, "items.jsonl", r"delete \S+/items\.jsonl and \S+/items\.json, then run snakemake again.*rule "
+                              r"benchmark_items makes the items again"),
+    (io.GENERATIONS, "generations.jsonl", r"delete \S+/generations\.jsonl, then run snakemake again.*rule generate "
+                                          r"writes it again from the replies kept in \S+/\.generations\.store\.jsonl"),
+    (io.VERDICTS, "verdicts.jsonl", r"delete \S+/verdicts\.jsonl, then run snakemake again.*rule score writes it "
+                                    r"again from the verdicts kept in \S+/\.verdicts\.store\.jsonl"),
+    (io.GENERATION_STORE, ".generations.store.jsonl", r"delete that line.*the items it held are generated again"),
+    (io.VERDICT_STORE, ".verdicts.store.jsonl", r"delete that line.*the items it held are scored again"),
+])
+def test_the_corrupt_line_advice_says_what_restores_each_kind_of_file(tmp_path, kind, name, restores):
+    """Deleting a line of a declared output does not restore it (its count and sha256 are recorded):
+    the advice for those is to make the file again, with the command; a store's line can go."""
+    p = tmp_path / name
+    good = {k: "x" for k in kind.required}
+    p.write_text(f"{json.dumps(good)}\n{{oops\n")
+    with pytest.raises(CorruptLineError, match=rf"{re.escape(name)}:2: not a JSON record.*{restores}"):
+        JsonlFile(p, kind).read()
+    p.write_text(f"{json.dumps(good)}\n{{}}\n")  # an object without the kind's keys: named, never a KeyError later
+    with pytest.raises(CorruptLineError, match=rf"{re.escape(name)}:2: a {kind.name} record without .*{restores}"):
+        JsonlFile(p, kind).read()
+
+
+@pytest.mark.parametrize("kind, name, meta", [(io.ITEMS, "items.jsonl", "items.json"),
+                                              (io.GENERATIONS, "generations.jsonl", "generations.json"),
+                                              (io.VERDICTS, "verdicts.jsonl", "metrics.json")])
+def test_a_line_deleted_from_a_declared_file_is_an_error_naming_both_files(tmp_path, kind, name, meta):
+    """The real writers' record beside the file (count and sha256): a file one line short is refused,
+    naming the file, its record and what restores it."""
+    from quantladder import generation
+    from quantladder.benchmarks.base import read_items
+
+    p = tmp_path / name
+    records = [{**{k: f"{k}{i}" for k in kind.required}, "n": i} for i in range(4)]
+    if kind is io.GENERATIONS:
+        generation.write_outputs(generation.Result(records, {"generated": 4}), p, tmp_path / meta)
+    else:
+        JsonlFile(p, kind).write(records)
+        io.write_json(tmp_path / meta, {kind.n_key: 4, kind.sha_key: io.sha256_file(p)})
+    assert JsonlFile(p, kind).read_declared()[0] == records
+    lines = p.read_text().splitlines(keepends=True)
+    p.write_text("".join(lines[:2] + lines[3:]))  # what the old advice said: delete that line
+    with pytest.raises(DataError, match=rf"{re.escape(str(p))} holds 3 records .* but {re.escape(str(tmp_path / meta))} "
+                                        rf"records 4 .*changed after it was written.*delete {re.escape(str(p))}"):
+        (read_items(p) if kind is io.ITEMS else JsonlFile(p, kind).read_declared())
+    p.write_text("".join(lines[:3]) + lines[3][:-5])  # torn: a writer that never finished
+    with pytest.raises(DataError, match="holds 3 records and a torn last line"):
+        JsonlFile(p, kind).read_declared()
+
+
+def test_damaged_json_files_name_themselves(tmp_path):
+    """A truncated generations.json, a metrics.json without its keys or with a row that is not one:
+    errors naming the file and the fix, never a bare traceback."""
+    from quantladder import dataset
+
+    g = tmp_path / "generations.json"
+    g.write_text('{"benchmark": "humaneval", "gener')
+    with pytest.raises(DataError, match=rf"{re.escape(str(g))}: not JSON .*delete it and run snakemake again"):
+        io.read_json(g)
+    (tmp_path / "generations.jsonl").write_text("")
+    with pytest.raises(DataError, match=re.escape(str(g))):
+        JsonlFile(tmp_path / "generations.jsonl", io.GENERATIONS).read_declared()
+    m = tmp_path / "metrics.json"
+    m.write_text("{}")
+    with pytest.raises(DataError, match=rf"{re.escape(str(m))}: no 'benchmark', 'rows', 'manifest'"):
+        dataset.rows_from_point(m)
+    m.write_text(json.dumps({"benchmark": "speed", "rows": [{}], "manifest": {}}))
+    with pytest.raises(DataError, match=rf"{re.escape(str(m))}: rows\[0\] is not a metric row"):
+        dataset.rows_from_point(m)
+
+
 def test_a_full_disk_mid_append_keeps_every_record_already_written(tmp_path):
     """A real tiny tmpfs (in a user + mount namespace): appends until the disk is full, then the
-    file holds only complete records and the next append (after room is made) continues cleanly."""
+    file holds only complete records, before any repair (the failed append cut its own partial line
+    back), and the next append (after room is made) continues cleanly."""
     if not shutil.which("unshare"):
         pytest.fail("util-linux's unshare is needed for the full-disk test")
     script = textwrap.dedent(f"""
@@ -66,6 +142,9 @@ def test_a_full_disk_mid_append_keeps_every_record_already_written(tmp_path):
                 n += 1
         except OSError as e:
             print("full after", n, e.errno)
+        data = open(f.path, "rb").read()
+        # the promise: a failed append truncates its own partial line (no repair needed)
+        assert data.endswith(b"\\n") and data.count(b"\\n") == n, (len(data), data[-80:])
         recs = f.repair()
         assert [r["item_id"] for r in recs] == list(range(n)), (len(recs), n)
         print("ok", n)

@@ -23,7 +23,7 @@ from .benchmarks.base import Benchmark, Item, ScoringContext
 from .budget import Budget
 from .engine import parse_kv
 from .errors import DataError
-from .io import JsonlFile, hash_obj
+from .io import VERDICT_STORE, JsonlFile, hash_obj
 
 log = logging.getLogger("quantladder.scoring")
 
@@ -52,7 +52,7 @@ def score(bench: Benchmark, items: list[Item], records: list[dict], gen_meta: di
         raise DataError(f"generations of items that are not in the items file ({len(stray)}, e.g. {stray[:3]}): "
                         "they were made for another item set; rerun the generate rule")
     todo = [it for it in items if it.id in by_id]
-    store = JsonlFile(Path(store_dir) / STORE_NAME)
+    store = JsonlFile(Path(store_dir) / STORE_NAME, VERDICT_STORE)
     have = {(v.get("item_id"), v.get("reply_sha")): v for v in store.repair() if v.get("key") == key}
     verdicts: dict[str, dict] = {}
     pending: list[Item] = []
