@@ -87,7 +87,8 @@ def get_final_outputs(wildcards):
     its estimated minutes (quantladder.progress: from the rules' benchmark files).
 
     Every planned point's files are targets too: Snakemake does not remake a deleted input of an
-    up-to-date output (the dataset), so a lost metrics.json would otherwise go unnoticed."""
+    up-to-date output (the dataset), so a lost metrics.json would otherwise go unnoticed.
+    """
     planned = qtargets.planned(config, CARD)
     outs = [f"results/{CARD}/points.parquet", f"results/{CARD}/report.html"]
     outs += _paths(planned) + qtargets.per_item_files(config, planned)

@@ -255,3 +255,37 @@ def test_through_snakemake_a_torn_or_corrupt_store(tmp_path, smollm_q8):
     proc = _snakemake(wd, target)
     assert proc.returncode != 0
     assert ".generations.store.jsonl:2: not a JSON record" in proc.stderr and "delete that line" in proc.stderr
+
+
+@pytest.mark.slow
+def test_through_snakemake_a_line_deleted_from_a_declared_file_is_refused_and_the_advice_restores_it(
+        tmp_path, smollm_q8):
+    """Issue 32: deleting a damaged line of items.jsonl, as the old advice said, re-ran the family's
+    points on fewer items, each looking complete; the same on generations.jsonl gave the wrong reason
+    ("the generation stopped early"). Now each is refused naming both files, and the advice the
+    error gives restores every planned item."""
+    from test_code_e2e import N_ITEMS, _snakemake, make_workdir
+
+    wd, d, target = make_workdir(tmp_path / "wd", smollm_q8)
+    assert _snakemake(wd, target).returncode == 0
+    items = wd / "resources/benchmarks/humaneval/smollm2/items.jsonl"
+    for path, record in ((items, "items.json"), (d / "generations.jsonl", "generations.json")):
+        lines = path.read_bytes().splitlines(keepends=True)
+        path.write_bytes(b"".join(lines[:1] + lines[2:]))
+        proc = _snakemake(wd, target)
+        assert proc.returncode != 0
+        logs = proc.stderr + "".join(p.read_text() for p in (wd / "logs").rglob("*.log"))
+        m = re.search(rf"{re.escape(str(path.relative_to(wd)))} holds {N_ITEMS - 1} records .* but \S*{record} records "
+                      rf"{N_ITEMS} .*: (delete .*)", logs)
+        assert m, logs[-3000:]
+        assert "stopped early" not in logs
+        advice = m.group(1)
+        for name in re.findall(r"delete (\S+)(?: and (\S+))?, then", advice)[0]:  # what the advice says
+            if name:
+                Path(wd / name if not Path(name).is_absolute() else name).unlink()
+        proc = _snakemake(wd, target)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        done = json.loads((d / "metrics.json").read_text())
+        assert done["scored"] == N_ITEMS and done["status"] != "incomplete"
+        for log in (wd / "logs").rglob("*.log"):
+            log.unlink()
