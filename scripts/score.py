@@ -11,7 +11,7 @@ from quantladder import budget, points, scoring
 from quantladder.benchmarks import ScoringContext
 from quantladder.benchmarks.base import read_items
 from quantladder.gguf_meta import GGUFInfo
-from quantladder.io import GENERATIONS, VERDICTS, JsonlFile, read_json, sha256_file
+from quantladder.io import GENERATIONS, JsonlFile, read_json, sha256_file
 from quantladder.scriptutil import log, main, mock_from_argv
 
 
@@ -31,7 +31,7 @@ def run(smk):
     if pt.blocked or gen_meta.get("blocked"):
         pt.write_metrics(smk.output.metrics, [], data=data, status="blocked",
                          status_reason=gen_meta.get("reason") or pt.anchor.get("reason"),
-                         extra=write_verdicts(smk.output.verdicts, []))
+                         extra=scoring.write_verdicts(smk.output.verdicts, []))
         return
     if gen_meta.get("items_sha256") != items_meta["sha256"]:
         raise ValueError(f"{smk.input.meta}: generated for another items file; rerun rule generate")
@@ -50,16 +50,10 @@ def run(smk):
                      status=out.status, status_reason=out.reason,
                      keys={"generation": gen_meta.get("key")},
                      extra={"scorer_version": bench.scorer_version, "scoring": setup, **out.facts,
-                            **write_verdicts(smk.output.verdicts, out.verdicts),
+                            **scoring.write_verdicts(smk.output.verdicts, out.verdicts),
                             "generation": {k: gen_meta.get(k) for k in ("n_parallel", "wave_size", "n_waves",
                                                                        "replay_mismatches", "seconds", "stopped",
                                                                        "policy", "series")}})
-
-
-def write_verdicts(path, verdicts: list[dict]) -> dict:
-    """verdicts.jsonl, and what metrics.json records of it (its readers check both: io.VERDICTS)."""
-    JsonlFile(path, VERDICTS).write(verdicts)
-    return {VERDICTS.n_key: len(verdicts), VERDICTS.sha_key: sha256_file(path)}
 
 
 if __name__ == "__main__":

@@ -54,11 +54,11 @@ def test_a_corrupt_middle_line_is_an_error_naming_file_and_line(tmp_path):
 
 
 @pytest.mark.parametrize("kind, name, restores", [
-    (io.ITEMS, "items.jsonl", r"delete \S+/items\.jsonl and \S+/items\.json, then run snakemake again.*rule "
+    (io.ITEMS, "items.jsonl", r"delete \S+/items\.jsonl and \S+/items\.json, then run `snakemake --cores all` again.*rule "
                               r"benchmark_items makes the items again"),
-    (io.GENERATIONS, "generations.jsonl", r"delete \S+/generations\.jsonl, then run snakemake again.*rule generate "
+    (io.GENERATIONS, "generations.jsonl", r"delete \S+/generations\.jsonl, then run `snakemake --cores all` again.*rule generate "
                                           r"writes it again from the replies kept in \S+/\.generations\.store\.jsonl"),
-    (io.VERDICTS, "verdicts.jsonl", r"delete \S+/verdicts\.jsonl, then run snakemake again.*rule score writes it "
+    (io.VERDICTS, "verdicts.jsonl", r"delete \S+/verdicts\.jsonl, then run `snakemake --cores all` again.*rule score writes it "
                                     r"again from the verdicts kept in \S+/\.verdicts\.store\.jsonl"),
     (io.GENERATION_STORE, ".generations.store.jsonl", r"delete that line.*the items it held are generated again"),
     (io.VERDICT_STORE, ".verdicts.store.jsonl", r"delete that line.*the items it held are scored again"),
@@ -110,7 +110,7 @@ def test_damaged_json_files_name_themselves(tmp_path):
 
     g = tmp_path / "generations.json"
     g.write_text('{"benchmark": "humaneval", "gener')
-    with pytest.raises(DataError, match=rf"{re.escape(str(g))}: not JSON .*delete it and run snakemake again"):
+    with pytest.raises(DataError, match=rf"{re.escape(str(g))}: not JSON .*delete it and run `snakemake --cores all` again"):
         io.read_json(g)
     (tmp_path / "generations.jsonl").write_text("")
     with pytest.raises(DataError, match=re.escape(str(g))):
@@ -263,28 +263,35 @@ def test_through_snakemake_a_line_deleted_from_a_declared_file_is_refused_and_th
     """Issue 32: deleting a damaged line of items.jsonl, as the old advice said, re-ran the family's
     points on fewer items, each looking complete; the same on generations.jsonl gave the wrong reason
     ("the generation stopped early"). Now each is refused naming both files, and the advice the
-    error gives restores every planned item."""
+    error gives restores every planned item, run with the files the default target asks of a point."""
+    import yaml
+
+    from quantladder import targets
     from test_code_e2e import N_ITEMS, _snakemake, make_workdir
 
     wd, d, target = make_workdir(tmp_path / "wd", smollm_q8)
-    assert _snakemake(wd, target).returncode == 0
+    cfg = yaml.safe_load((wd / "config.yaml").read_text())
+    point = [targets.Target("testcard", "points", "smollm2", "Q8_0", "f16", "humaneval")]
+    assert point[0].path == target
+    default = [target, *targets.per_item_files(cfg, point), *targets.item_files(cfg, point)]
+    assert _snakemake(wd, *default).returncode == 0
     items = wd / "resources/benchmarks/humaneval/smollm2/items.jsonl"
     for path, record in ((items, "items.json"), (d / "generations.jsonl", "generations.json")):
         lines = path.read_bytes().splitlines(keepends=True)
         path.write_bytes(b"".join(lines[:1] + lines[2:]))
-        proc = _snakemake(wd, target)
+        proc = _snakemake(wd, *default)
         assert proc.returncode != 0
         logs = proc.stderr + "".join(p.read_text() for p in (wd / "logs").rglob("*.log"))
         m = re.search(rf"{re.escape(str(path.relative_to(wd)))} holds {N_ITEMS - 1} records .* but \S*{record} records "
-                      rf"{N_ITEMS} .*: (delete .*)", logs)
+                      rf"{N_ITEMS} .*; (delete .*)", logs)
         assert m, logs[-3000:]
         assert "stopped early" not in logs
-        advice = m.group(1)
-        for name in re.findall(r"delete (\S+)(?: and (\S+))?, then", advice)[0]:  # what the advice says
-            if name:
-                Path(wd / name if not Path(name).is_absolute() else name).unlink()
-        proc = _snakemake(wd, target)
+        for name in re.findall(r"delete (\S+)(?: and (\S+))?, then", m.group(1))[0]:  # what the advice says
+            if name and (wd / name).exists():  # (a failed job's outputs are gone already)
+                (wd / name).unlink()
+        proc = _snakemake(wd, *default)
         assert proc.returncode == 0, proc.stderr[-3000:]
+        assert len(JsonlFile(d / "generations.jsonl", io.GENERATIONS).read_declared()[0]) == N_ITEMS
         done = json.loads((d / "metrics.json").read_text())
         assert done["scored"] == N_ITEMS and done["status"] != "incomplete"
         for log in (wd / "logs").rglob("*.log"):

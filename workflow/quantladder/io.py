@@ -151,8 +151,8 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
-REWRITE = ("delete it and run snakemake again with the same command and --configfile: the rule that writes it "
-           "runs again")
+REWRITE = ("delete it and run `snakemake --cores all` again (the default target, with your --configfile): the "
+           "rule that writes it runs again")
 
 
 def read_json(path: str | os.PathLike, required: tuple[str, ...] = ()) -> Any:
@@ -195,7 +195,8 @@ class ItemFileKind:
     meta_required: tuple[str, ...] = ()  # what every version of the record has held
 
 
-_RERUN = "run snakemake again with the same command and --configfile"
+# The default target plans every missing file of the plan (rules/common.smk, get_final_outputs).
+_RERUN = "run `snakemake --cores all` again (the default target, with your --configfile)"
 ITEMS = ItemFileKind(
     "items", ("id",),
     "delete {path} and {dir}/items.json, then " + _RERUN + ": rule benchmark_items makes the items again from "

@@ -23,7 +23,7 @@ from .benchmarks.base import Benchmark, Item, ScoringContext
 from .budget import Budget
 from .engine import parse_kv
 from .errors import DataError
-from .io import VERDICT_STORE, JsonlFile, hash_obj
+from .io import VERDICT_STORE, VERDICTS, JsonlFile, hash_obj, sha256_file
 
 log = logging.getLogger("quantladder.scoring")
 
@@ -87,6 +87,13 @@ def score(bench: Benchmark, items: list[Item], records: list[dict], gen_meta: di
     status, reason = completeness(len(items), ordered, gen_meta)
     facts = {"planned": len(items), "generated": len(records), "scored": len(ordered)}
     return Outcome(ordered, rows, status, reason, facts)
+
+
+def write_verdicts(path: str | Path, verdicts: list[dict]) -> dict:
+    """The declared ``verdicts.jsonl``, and what its point's metrics.json records of it (its count and
+    sha256: every reader checks both, ``io.VERDICTS``)."""
+    JsonlFile(path, VERDICTS).write(verdicts)
+    return {VERDICTS.n_key: len(verdicts), VERDICTS.sha_key: sha256_file(path)}
 
 
 def _stamp(v: dict, item: Item, rec: dict, key: str) -> dict:
