@@ -44,7 +44,8 @@ def test_a_rung_zeroed_in_place_is_refused_naming_the_file_and_both_hashes(tmp_p
     io.verify_sha256(rung, recorded, what="rung file", recorded_in="Q8_0.gguf.json")
     assert calls == []  # unchanged since it was hashed here: the stamp answers
     zero_inside(rung, os.path.getsize(rung) // 2)
-    with pytest.raises(DataError, match=rf"{re.escape(str(rung))}: this rung file's sha256 is (?!{recorded})[0-9a-f]{{64}}, "
+    with pytest.raises(DataError, match=rf"{re.escape(str(rung))}: this rung file's sha256 is "
+                                        rf"(?!{recorded})[0-9a-f]{{64}}, "
                                         rf"but Q8_0\.gguf\.json records {recorded}"):
         io.verify_sha256(rung, recorded, what="rung file", recorded_in="Q8_0.gguf.json")
     assert len(calls) == 1  # the edit missed the stamp: hashed again

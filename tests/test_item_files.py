@@ -54,11 +54,14 @@ def test_a_corrupt_middle_line_is_an_error_naming_file_and_line(tmp_path):
 
 
 @pytest.mark.parametrize("kind, name, restores", [
-    (io.ITEMS, "items.jsonl", r"delete \S+/items\.jsonl and \S+/items\.json, then run `snakemake --cores all` again.*rule "
+    (io.ITEMS, "items.jsonl", r"delete \S+/items\.jsonl and \S+/items\.json, then run `snakemake --cores all` "
+                              r"again.*rule "
                               r"benchmark_items makes the items again"),
-    (io.GENERATIONS, "generations.jsonl", r"delete \S+/generations\.jsonl, then run `snakemake --cores all` again.*rule generate "
+    (io.GENERATIONS, "generations.jsonl", r"delete \S+/generations\.jsonl, then run `snakemake --cores all` "
+                                          r"again.*rule generate "
                                           r"writes it again from the replies kept in \S+/\.generations\.store\.jsonl"),
-    (io.VERDICTS, "verdicts.jsonl", r"delete \S+/verdicts\.jsonl, then run `snakemake --cores all` again.*rule score writes it "
+    (io.VERDICTS, "verdicts.jsonl", r"delete \S+/verdicts\.jsonl, then run `snakemake --cores all` "
+                                    r"again.*rule score writes it "
                                     r"again from the verdicts kept in \S+/\.verdicts\.store\.jsonl"),
     (io.GENERATION_STORE, ".generations.store.jsonl", r"delete that line.*the items it held are generated again"),
     (io.VERDICT_STORE, ".verdicts.store.jsonl", r"delete that line.*the items it held are scored again"),
@@ -95,7 +98,8 @@ def test_a_line_deleted_from_a_declared_file_is_an_error_naming_both_files(tmp_p
     assert JsonlFile(p, kind).read_declared()[0] == records
     lines = p.read_text().splitlines(keepends=True)
     p.write_text("".join(lines[:2] + lines[3:]))  # what the old advice said: delete that line
-    with pytest.raises(DataError, match=rf"{re.escape(str(p))} holds 3 records .* but {re.escape(str(tmp_path / meta))} "
+    with pytest.raises(DataError, match=rf"{re.escape(str(p))} holds 3 records .* "
+                                        rf"but {re.escape(str(tmp_path / meta))} "
                                         rf"records 4 .*changed after it was written.*delete {re.escape(str(p))}"):
         (read_items(p) if kind is io.ITEMS else JsonlFile(p, kind).read_declared())
     p.write_text("".join(lines[:3]) + lines[3][:-5])  # torn: a writer that never finished
@@ -110,7 +114,8 @@ def test_damaged_json_files_name_themselves(tmp_path):
 
     g = tmp_path / "generations.json"
     g.write_text('{"benchmark": "humaneval", "gener')
-    with pytest.raises(DataError, match=rf"{re.escape(str(g))}: not JSON .*delete it and run `snakemake --cores all` again"):
+    with pytest.raises(DataError, match=rf"{re.escape(str(g))}: not JSON .*delete it and run "
+                                        r"`snakemake --cores all` again"):
         io.read_json(g)
     (tmp_path / "generations.jsonl").write_text("")
     with pytest.raises(DataError, match=re.escape(str(g))):

@@ -49,7 +49,7 @@ def _stamp_path(path: str | os.PathLike) -> tuple[Path, os.stat_result]:
 
 def sha256_file_stamped(path: str | os.PathLike) -> str:
     """``sha256_file``, read from this host's stamp when the file has not changed since it was last
-    hashed here (docs/dataset.md, "What is verified when": a 70 GB rung costs minutes to hash)."""
+    hashed here (docs/dataset.md, "Reliability": a 70 GB rung costs a minute or more to hash)."""
     stamp, st = _stamp_path(path)
     with contextlib.suppress(OSError):
         digest = stamp.read_text().strip()
@@ -66,12 +66,12 @@ def verify_sha256(path: str | os.PathLike, expected: str | None, *, what: str, r
     """Refuse a file whose bytes are not the ones its record names, before any figure is made from it."""
     if not expected:
         raise DataError(f"{path}: {recorded_in} records no sha256 for this {what}, so it cannot be verified; "
-                        f"make it again (delete both and run snakemake again)")
+                        "make it again (delete both and run `snakemake --cores all` again)")
     actual = sha256_file_stamped(path)
     if actual != expected.lower():
         raise DataError(f"{path}: this {what}'s sha256 is {actual}, but {recorded_in} records {expected}: the file "
                         "changed after it was made or fetched (a damaged disk, a copy over it); delete it and its "
-                        "record and run snakemake again to make or fetch it again")
+                        "record and run `snakemake --cores all` again to make or fetch it again")
 
 
 def sha256_bytes(data: bytes) -> str:

@@ -128,7 +128,8 @@ def from_snakemake(smk, benchmark: str | None = None) -> Point:
     """Build the Point from a rule's snakemake object.
 
     Expects input.info (the rung's sidecar JSON; input.gguf where the job loads the model, verified
-    against the sidecar's sha256) and, optionally, input.anchor. A task job's benchmark and series come from its wildcards.
+    against the sidecar's sha256) and, optionally, input.anchor. A task job's benchmark and series
+    come from its wildcards.
     """
     w = smk.wildcards
     benchmark = benchmark or w.task
