@@ -84,8 +84,15 @@ def get_family_items(wildcards):
 def get_final_outputs(wildcards):
     """The default target: the dataset, one curve per family, the report and the recommendation at
     the config's budget. In a dry run (`snakemake -n`), it also prints what is left per rule and
-    its estimated minutes (quantladder.progress: from the rules' benchmark files)."""
+    its estimated minutes (quantladder.progress: from the rules' benchmark files).
+
+    Every planned point's files and items are targets too: Snakemake does not remake a deleted input
+    of an up-to-date output (the dataset), so a lost metrics.json would otherwise go unnoticed.
+    """
+    planned = qtargets.planned(config, CARD)
     outs = [f"results/{CARD}/points.parquet", f"results/{CARD}/report.html"]
+    outs += _paths(planned) + qtargets.per_item_files(config, planned)
+    outs += qtargets.item_files(config, planned)
     outs += [f"results/{CARD}/curves/{fam}.parquet" for fam in qconfig.families(config)]
     target = (config.get("recommend") or {}).get("target")
     if target:
@@ -452,10 +459,13 @@ def perplexity_inputs(wildcards):
 def _task_data(w):
     """A task's pinned source and the family's fixed items (generate and score read the same)."""
     task = f"resources/benchmarks/{w.task}"
+    item_file, items_meta = (
+        f.format(task=w.task, family=w.family) for f in qtargets.ITEM_FILES
+    )
     return {
         "source": f"{task}/source.json",
-        "item_file": f"{task}/{w.family}/items.jsonl",
-        "items_meta": f"{task}/{w.family}/items.json",
+        "item_file": item_file,
+        "items_meta": items_meta,
     }
 
 

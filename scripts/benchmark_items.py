@@ -16,6 +16,7 @@ def run(smk):
     task, family = smk.wildcards.task, smk.wildcards.family
     bench = benchmarks.configured(smk.config, task)
     source = read_json(smk.input.source)
+    bench.verify_source(source, str(smk.input.source))
     log = logging.getLogger(f"quantladder.{task}")
     items, facts = bench.build_items(source, reference_gguf=str(smk.input.gguf),
                                      family=smk.config["families"][family], threads=smk.threads, log=log)

@@ -8,25 +8,25 @@ budget-stopped job (exit 75) resumes from it, and the declared outputs are writt
 from pathlib import Path
 
 from quantladder import budget, generation, points
-from quantladder.benchmarks import Item
+from quantladder.benchmarks.base import read_items
 from quantladder.engine import Engine
 from quantladder.generation_policy import GenerationPolicy
 from quantladder.gguf_meta import GGUFInfo
-from quantladder.io import read_json, read_jsonl
+from quantladder.io import VERDICTS, JsonlFile, read_json
 from quantladder.scriptutil import main, mock_from_argv
 
 
 def run(smk):
     pt = points.from_snakemake(smk)
     bench = pt.bench
-    items_meta = read_json(smk.input.items_meta)
+    items, items_meta = read_items(smk.input.item_file)
     if pt.blocked:  # the anchor gate failed on this card: generate nothing, say why
         generation.write_blocked(smk.output.generations, smk.output.meta, benchmark=bench.name,
                                  reason=pt.anchor.get("reason"), planned=items_meta["n_items"],
                                  items_sha256=items_meta["sha256"])
         return
-    items = [Item.from_json(r) for r in read_jsonl(smk.input.item_file)]
     source = read_json(smk.input.source)
+    bench.verify_source(source, str(smk.input.source))
     policy = GenerationPolicy.of(pt.config, bench.name)
     info = GGUFInfo(**pt.model_record["info"]) if pt.model_record.get("info") else None
     n_parallel = policy.n_parallel_for(info, max((bench.n_ctx(it) for it in items), default=0), pt.kv)
@@ -37,7 +37,8 @@ def run(smk):
         from quantladder.benchmarks import ScoringContext
         from quantladder.early_stop import Stopper
 
-        stopper = Stopper(bench, items, read_jsonl(smk.input.reference_verdicts), ScoringContext(env, threads=1))
+        reference, _ = JsonlFile(smk.input.reference_verdicts, VERDICTS).read_declared()
+        stopper = Stopper(bench, items, reference, ScoringContext(env, threads=1))
     loop = generation.Loop(
         bench, items, key=smk.params.key, store_dir=Path(smk.output.generations).parent,
         engine_for=lambda n_ctx: Engine(pt.model_path, pt.engine_settings(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from quantladder import imatrix, llama_tools
 from quantladder.errors import ConfigError
-from quantladder.io import read_json, sha256_file, write_json
+from quantladder.io import read_json, sha256_file, verify_sha256, write_json
 from quantladder.scriptutil import main, mock_from_argv
 
 
@@ -18,6 +18,7 @@ def run(smk):
                           "ask for the matrix of the configured settings")
     tools = llama_tools.load(smk.input.tools)
     ref = read_json(smk.input.info)
+    verify_sha256(smk.input.gguf, ref.get("sha256"), what="reference rung", recorded_in=str(smk.input.info))
     res = imatrix.compute(llama_tools.tool(tools, "llama-imatrix"), smk.input.gguf, smk.input.corpus,
                           smk.output.imatrix, settings=settings, threads=smk.config.get("threads") or smk.threads,
                           gpu_layers=smk.config.get("gpu_layers", 0), log=sys.stderr)

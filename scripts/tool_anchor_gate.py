@@ -4,7 +4,7 @@ family's reference rung, on this card (quantladder.tool_gates; the rule is in do
 import sys
 
 from quantladder import card, llama_tools, tool_gates
-from quantladder.io import read_json, write_json
+from quantladder.io import read_json, verify_sha256, write_json
 from quantladder.scriptutil import main, mock_from_argv
 
 
@@ -12,6 +12,7 @@ def run(smk):
     ident = card.check_same_card(smk.wildcards.card, smk.config.get("card"))
     tools = llama_tools.load(smk.input.tools)
     record = read_json(smk.input.info)
+    verify_sha256(smk.input.gguf, record.get("sha256"), what="reference rung", recorded_in=str(smk.input.info))
     threads = int(smk.config.get("threads") or smk.threads)
     kw = dict(family=smk.wildcards.family, card_label=ident.get("label"), tools=tools, model=smk.input.gguf,
               model_record=record, threads=threads, spec=smk.params.spec)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from quantladder import benchmarks
 from quantladder.benchmarks.bfcl import checker, data, parse, prompts, score
 from quantladder.errors import DataError
 
@@ -46,7 +47,9 @@ def test_materialize_records_version_and_hashes(bfcl_record):
     assert bfcl_record["origin"]["wheel"] == WHEEL and len(bfcl_record["origin"]["wheel_sha256"]) == 64
     assert "data/BFCL_v4_simple_python.json" in bfcl_record["files"]
     assert "eval_checker/multi_turn_eval/func_source_code/gorilla_file_system.py" in bfcl_record["files"]
-    data.verify(bfcl_record)  # every file still has its recorded hash
+    bench = benchmarks.create("bfcl", {"enabled": True})
+    assert len(bench.pinned_files(bfcl_record)) == len(bfcl_record["files"])
+    bench.verify_source(bfcl_record, "data.json")  # every file still has its recorded hash
 
 
 def test_category_sizes_and_answers(bfcl_record):
@@ -72,8 +75,9 @@ def test_tampered_or_malformed_file_is_named(bfcl_record, tmp_path):
     rec = {**bfcl_record, "root": str(root)}
     bad = root / "data" / "BFCL_v4_parallel.json"
     bad.write_text(bad.read_text() + "{not json\n")
-    with pytest.raises(DataError, match="BFCL_v4_parallel.json"):
-        data.verify(rec)
+    with pytest.raises(DataError, match=rf"BFCL_v4_parallel.json: this bfcl data file's sha256 is [0-9a-f]{{64}}, but "
+                                        rf"data.json records {bfcl_record['files']['data/BFCL_v4_parallel.json']}"):
+        benchmarks.create("bfcl", {"enabled": True}).verify_source(rec, "data.json")
     with pytest.raises(DataError, match=r"BFCL_v4_parallel.json:200: not valid JSON"):
         data.load_category(root, "parallel")
     (root / "data" / "possible_answer" / "BFCL_v4_multiple.json").unlink()
@@ -270,13 +274,14 @@ def test_generation_and_scoring_rules_run(repo_root, tmp_path, bfcl_record, bfcl
                    + "".join(f'include: "rules/{r}.smk"\n' for r in ("common", "tools", "models", "anchors",
                                                                     "tasks")))
     from quantladder.gguf_meta import read_info
+    from quantladder.io import sha256_file
 
     for kind, rung, path in (("quantized", "Q8_0", smollm_q8), ("reference", "F16", smollm_f16)):
         model_dir = work / "resources" / "models" / "smollm2-135m-instruct" / kind
         model_dir.mkdir(parents=True)
         (model_dir / f"{rung}.gguf").symlink_to(path)
-        (model_dir / f"{rung}.gguf.json").write_text(json.dumps({"sha256": "test", "info": read_info(path).as_dict(),
-                                                                 "method": "test"}))
+        (model_dir / f"{rung}.gguf.json").write_text(json.dumps({"sha256": sha256_file(path), "method": "test",
+                                                                 "info": read_info(path).as_dict()}))
     anchors = work / "results" / "cpu" / "anchors"
     anchors.mkdir(parents=True)
     (anchors / "bfcl.json").write_text(json.dumps({"status": "unanchored", "reason": "test"}))

@@ -22,11 +22,11 @@ REPO = Path(__file__).resolve().parents[1]
 N_ITEMS = 3
 
 
-def _snakemake(workdir: Path, target: str) -> subprocess.CompletedProcess:
+def _snakemake(workdir: Path, *targets: str) -> subprocess.CompletedProcess:
     exe = Path(sys.executable).with_name("snakemake")
     env = {**os.environ, "PYTHONPATH": str(REPO / "workflow")}  # the package of this checkout
     return subprocess.run([str(exe), "-s", str(workdir / "Snakefile"), "-d", str(workdir), "--cores", "2",
-                           "--nolock", target], capture_output=True, text=True, timeout=900, env=env)
+                           "--nolock", *targets], capture_output=True, text=True, timeout=900, env=env)
 
 
 def make_workdir(wd: Path, model: Path):

@@ -9,6 +9,8 @@ already written, and a killed writer's temporary file is removed by the next wri
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +22,8 @@ import pytest
 from quantladder import benchmarks, scoring
 from quantladder.benchmarks import ScoringContext
 from quantladder.benchmarks.base import Env
+from quantladder import io
+from quantladder.errors import DataError
 from quantladder.io import CorruptLineError, JsonlFile, atomic_path, read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,16 +46,93 @@ def test_a_torn_tail_is_cut_back_before_the_next_append(tmp_path, caplog):
 def test_a_corrupt_middle_line_is_an_error_naming_file_and_line(tmp_path):
     p = tmp_path / "generations.jsonl"
     p.write_text('{"item_id": "a"}\n{"item_id": "b", oops}\n{"item_id": "c"}\n')
-    with pytest.raises(CorruptLineError, match=r"generations\.jsonl:2: not a JSON record.*delete that line"):
+    with pytest.raises(CorruptLineError, match=r"generations\.jsonl:2: not a JSON record.*delete the file"):
         read_jsonl(p)
     p.write_text('{"item_id": "a"}\n[1, 2]\n')
     with pytest.raises(CorruptLineError, match=r":2: a JSON list, not a record"):
         JsonlFile(p).repair()
 
 
+@pytest.mark.parametrize("kind, name, restores", [
+    (io.ITEMS, "items.jsonl", r"delete \S+/items\.jsonl and \S+/items\.json, then run `snakemake --cores all` "
+                              r"again.*rule "
+                              r"benchmark_items makes the items again"),
+    (io.GENERATIONS, "generations.jsonl", r"delete \S+/generations\.jsonl, then run `snakemake --cores all` "
+                                          r"again.*rule generate "
+                                          r"writes it again from the replies kept in \S+/\.generations\.store\.jsonl"),
+    (io.VERDICTS, "verdicts.jsonl", r"delete \S+/verdicts\.jsonl, then run `snakemake --cores all` "
+                                    r"again.*rule score writes it "
+                                    r"again from the verdicts kept in \S+/\.verdicts\.store\.jsonl"),
+    (io.GENERATION_STORE, ".generations.store.jsonl", r"delete that line.*the items it held are generated again"),
+    (io.VERDICT_STORE, ".verdicts.store.jsonl", r"delete that line.*the items it held are scored again"),
+])
+def test_the_corrupt_line_advice_says_what_restores_each_kind_of_file(tmp_path, kind, name, restores):
+    """Deleting a line of a declared output does not restore it (its count and sha256 are recorded):
+    the advice for those is to make the file again, with the command; a store's line can go."""
+    p = tmp_path / name
+    good = {k: "x" for k in kind.required}
+    p.write_text(f"{json.dumps(good)}\n{{oops\n")
+    with pytest.raises(CorruptLineError, match=rf"{re.escape(name)}:2: not a JSON record.*{restores}"):
+        JsonlFile(p, kind).read()
+    p.write_text(f"{json.dumps(good)}\n{{}}\n")  # an object without the kind's keys: named, never a KeyError later
+    with pytest.raises(CorruptLineError, match=rf"{re.escape(name)}:2: a {kind.name} record without .*{restores}"):
+        JsonlFile(p, kind).read()
+
+
+@pytest.mark.parametrize("kind, name, meta", [(io.ITEMS, "items.jsonl", "items.json"),
+                                              (io.GENERATIONS, "generations.jsonl", "generations.json"),
+                                              (io.VERDICTS, "verdicts.jsonl", "metrics.json")])
+def test_a_line_deleted_from_a_declared_file_is_an_error_naming_both_files(tmp_path, kind, name, meta):
+    """The real writers' record beside the file (count and sha256): a file one line short is refused,
+    naming the file, its record and what restores it."""
+    from quantladder import generation
+    from quantladder.benchmarks.base import read_items
+
+    p = tmp_path / name
+    records = [{**{k: f"{k}{i}" for k in kind.required}, "n": i} for i in range(4)]
+    if kind is io.GENERATIONS:
+        generation.write_outputs(generation.Result(records, {"generated": 4}), p, tmp_path / meta)
+    else:
+        JsonlFile(p, kind).write(records)
+        io.write_json(tmp_path / meta, {kind.n_key: 4, kind.sha_key: io.sha256_file(p)})
+    assert JsonlFile(p, kind).read_declared()[0] == records
+    lines = p.read_text().splitlines(keepends=True)
+    p.write_text("".join(lines[:2] + lines[3:]))  # what the old advice said: delete that line
+    with pytest.raises(DataError, match=rf"{re.escape(str(p))} holds 3 records .* "
+                                        rf"but {re.escape(str(tmp_path / meta))} "
+                                        rf"records 4 .*changed after it was written.*delete {re.escape(str(p))}"):
+        (read_items(p) if kind is io.ITEMS else JsonlFile(p, kind).read_declared())
+    p.write_text("".join(lines[:3]) + lines[3][:-5])  # torn: a writer that never finished
+    with pytest.raises(DataError, match="holds 3 records and a torn last line"):
+        JsonlFile(p, kind).read_declared()
+
+
+def test_damaged_json_files_name_themselves(tmp_path):
+    """A truncated generations.json, a metrics.json without its keys or with a row that is not one:
+    errors naming the file and the fix, never a bare traceback."""
+    from quantladder import dataset
+
+    g = tmp_path / "generations.json"
+    g.write_text('{"benchmark": "humaneval", "gener')
+    with pytest.raises(DataError, match=rf"{re.escape(str(g))}: not JSON .*delete it and run "
+                                        r"`snakemake --cores all` again"):
+        io.read_json(g)
+    (tmp_path / "generations.jsonl").write_text("")
+    with pytest.raises(DataError, match=re.escape(str(g))):
+        JsonlFile(tmp_path / "generations.jsonl", io.GENERATIONS).read_declared()
+    m = tmp_path / "metrics.json"
+    m.write_text("{}")
+    with pytest.raises(DataError, match=rf"{re.escape(str(m))}: no 'benchmark', 'rows', 'manifest'"):
+        dataset.rows_from_point(m)
+    m.write_text(json.dumps({"benchmark": "speed", "rows": [{}], "manifest": {}}))
+    with pytest.raises(DataError, match=rf"{re.escape(str(m))}: rows\[0\] is not a metric row"):
+        dataset.rows_from_point(m)
+
+
 def test_a_full_disk_mid_append_keeps_every_record_already_written(tmp_path):
     """A real tiny tmpfs (in a user + mount namespace): appends until the disk is full, then the
-    file holds only complete records and the next append (after room is made) continues cleanly."""
+    file holds only complete records, before any repair (the failed append cut its own partial line
+    back), and the next append (after room is made) continues cleanly."""
     if not shutil.which("unshare"):
         pytest.fail("util-linux's unshare is needed for the full-disk test")
     script = textwrap.dedent(f"""
@@ -66,6 +147,9 @@ def test_a_full_disk_mid_append_keeps_every_record_already_written(tmp_path):
                 n += 1
         except OSError as e:
             print("full after", n, e.errno)
+        data = open(f.path, "rb").read()
+        # the promise: a failed append truncates its own partial line (no repair needed)
+        assert data.endswith(b"\\n") and data.count(b"\\n") == n, (len(data), data[-80:])
         recs = f.repair()
         assert [r["item_id"] for r in recs] == list(range(n)), (len(recs), n)
         print("ok", n)
@@ -176,3 +260,44 @@ def test_through_snakemake_a_torn_or_corrupt_store(tmp_path, smollm_q8):
     proc = _snakemake(wd, target)
     assert proc.returncode != 0
     assert ".generations.store.jsonl:2: not a JSON record" in proc.stderr and "delete that line" in proc.stderr
+
+
+@pytest.mark.slow
+def test_through_snakemake_a_line_deleted_from_a_declared_file_is_refused_and_the_advice_restores_it(
+        tmp_path, smollm_q8):
+    """Issue 32: deleting a damaged line of items.jsonl, as the old advice said, re-ran the family's
+    points on fewer items, each looking complete; the same on generations.jsonl gave the wrong reason
+    ("the generation stopped early"). Now each is refused naming both files, and the advice the
+    error gives restores every planned item, run with the files the default target asks of a point."""
+    import yaml
+
+    from quantladder import targets
+    from test_code_e2e import N_ITEMS, _snakemake, make_workdir
+
+    wd, d, target = make_workdir(tmp_path / "wd", smollm_q8)
+    cfg = yaml.safe_load((wd / "config.yaml").read_text())
+    point = [targets.Target("testcard", "points", "smollm2", "Q8_0", "f16", "humaneval")]
+    assert point[0].path == target
+    default = [target, *targets.per_item_files(cfg, point), *targets.item_files(cfg, point)]
+    assert _snakemake(wd, *default).returncode == 0
+    items = wd / "resources/benchmarks/humaneval/smollm2/items.jsonl"
+    for path, record in ((items, "items.json"), (d / "generations.jsonl", "generations.json")):
+        lines = path.read_bytes().splitlines(keepends=True)
+        path.write_bytes(b"".join(lines[:1] + lines[2:]))
+        proc = _snakemake(wd, *default)
+        assert proc.returncode != 0
+        logs = proc.stderr + "".join(p.read_text() for p in (wd / "logs").rglob("*.log"))
+        m = re.search(rf"{re.escape(str(path.relative_to(wd)))} holds {N_ITEMS - 1} records .* but \S*{record} records "
+                      rf"{N_ITEMS} .*; (delete .*)", logs)
+        assert m, logs[-3000:]
+        assert "stopped early" not in logs
+        for name in re.findall(r"delete (\S+)(?: and (\S+))?, then", m.group(1))[0]:  # what the advice says
+            if name and (wd / name).exists():  # (a failed job's outputs are gone already)
+                (wd / name).unlink()
+        proc = _snakemake(wd, *default)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert len(JsonlFile(d / "generations.jsonl", io.GENERATIONS).read_declared()[0]) == N_ITEMS
+        done = json.loads((d / "metrics.json").read_text())
+        assert done["scored"] == N_ITEMS and done["status"] != "incomplete"
+        for log in (wd / "logs").rglob("*.log"):
+            log.unlink()

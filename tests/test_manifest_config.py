@@ -8,6 +8,7 @@ import yaml
 from quantladder import config as qconfig
 from quantladder import manifest
 from quantladder.errors import ConfigError
+from quantladder.io import sha256_bytes
 
 CFG = qconfig.load()
 FAM = next(iter(CFG["families"]))
@@ -85,4 +86,5 @@ def test_a_generation_rule_on_a_blocked_card_writes_its_marker_and_generates_not
                              items_sha256="abc")
     assert gen.read_text() == ""
     assert json.loads(meta.read_text()) == {"benchmark": "bfcl", "blocked": True, "reason": "anchor 61.2 outside 84.0 ± 5",
-                                            "planned": 12, "generated": 0, "complete": False, "items_sha256": "abc"}
+                                            "planned": 12, "generated": 0, "complete": False, "items_sha256": "abc",
+                                            "sha256": sha256_bytes(b"")}

@@ -218,6 +218,18 @@ def test_dry_run_prints_what_is_left_per_rule(run, tmp_path):
     assert line.split()[1] == "1" and line.split()[-1] == "measured"
 
 
+def test_a_deleted_metrics_file_of_a_finished_point_is_planned_again_by_the_default_target(run, tmp_path):
+    """Issue 32: Snakemake does not remake a missing input of an up-to-date output, so with only the
+    dataset as the target a deleted metrics.json went unnoticed; every planned point's file is a
+    target of `rule all` now."""
+    work, cfg_path, label = _copy_of_run(run, tmp_path)
+    (work / f"results/{label}/points/{FAMILY}/Q8_0/f16/memory/metrics.json").unlink()
+    jobs = planned_jobs(snakemake(work, "-n", config=cfg_path).stdout)
+    assert ("memory", {"card": label, "family": FAMILY, "rung": "Q8_0", "kv": "f16"}) in [
+        (rule, {k: w[k] for k in ("card", "family", "rung", "kv") if k in w}) for rule, w in jobs], jobs
+    assert ("aggregate", {"card": label}) in jobs
+
+
 def test_adding_a_rung_reuses_the_stored_reference(run):
     work, cfg, _, label, _ = run
     changed = json.loads(json.dumps(cfg))

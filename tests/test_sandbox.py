@@ -226,6 +226,35 @@ def test_a_sleeping_candidate_is_killed_at_its_limit_without_a_cgroup(monkeypatc
         _kill_strays()
 
 
+@pytest.mark.parametrize("mode", ["script", "unittest"])
+def test_a_programs_signals_to_pid_1_never_move_its_failure_out_of_the_failed_column(mode, cgroup_path):
+    """Issue 32: a wrong program that sends SIGINT (and every other catchable signal) to the sandbox's
+    pid 1, the harness, used to end the harness with KeyboardInterrupt: a ``sandbox_error`` instead of
+    its own failure. The real bubblewrap, as root, with a memory cgroup and without one; HumanEval's
+    script mode and BigCodeBench's unittest mode (the harness forks the program in both)."""
+    from quantladder.benchmarks.code.data import Item as CodeItem
+    from quantladder.benchmarks.code.data import load_humaneval
+
+    send = ("    import os, signal, time\n"
+            "    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,\n"
+            "              signal.SIGUSR2, signal.SIGALRM, signal.SIGPIPE, signal.SIGCHLD):\n"
+            "        os.kill(1, s)\n"
+            "    time.sleep(0.3)\n")
+    if mode == "script":
+        item = load_humaneval(limit=1)[0]
+        code = item.prompt + send + "    return None\n"  # a wrong answer: HumanEval/0 wants a bool
+    else:
+        item = CodeItem(item_id="t", task_id="t", subset="complete", prompt="def task_func():\n",
+                        entry_point="task_func", prefix="def task_func():\n", mode="unittest",
+                        test="import unittest\nclass TestCases(unittest.TestCase):\n"
+                             "    def test_one(self):\n        self.assertEqual(task_func(), 1)\n")
+        code = "def task_func():\n" + send + "    return 2\n"
+    _, program = score.program_for(item, code)
+    r = score.run_program(program, score.ScoreSettings(limits=Limits(wall_s=10, cpu_s=10)))
+    assert not r["passed"] and r["error_type"] == "test_failure", r
+    assert _no_stray_processes(timeout=1.0) == []
+
+
 def test_backend_check_refuses_a_kill_that_leaves_the_sandbox_alive(monkeypatch):
     """A backend whose kill leaves processes behind is refused, not accepted with a note: here the kill
     as it was before issue 32 (bwrap's process group only; pid 1 unknown), root, no memory cgroup."""

@@ -31,7 +31,7 @@ from pathlib import Path
 from . import dataset, deltas, metrics
 from .errors import CardMismatchError
 from .flips import flip_metric_rows, flips, generation_hash_value, identical, share
-from .io import read_json, read_jsonl
+from .io import GENERATIONS, VERDICTS, JsonlFile, read_json
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class Point:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.doc = read_json(self.path)
+        self.doc = read_json(self.path, required=dataset.METRICS_KEYS)
         man = self.doc.get("manifest", {})
         self.point = man.get("point", {})
         self.benchmark = self.doc["benchmark"]
@@ -55,15 +55,16 @@ class Point:
     def key(self) -> tuple:
         return tuple(self.point.get(k) for k in POINT_KEY)
 
-    def _file(self, name: str) -> list[dict] | None:
+    def _file(self, name: str, kind) -> list[dict] | None:
+        """A per-item file beside the metrics, checked against the count and sha256 recorded for it."""
         p = self.path.with_name(name)
-        return read_jsonl(p) if p.exists() else None
+        return JsonlFile(p, kind).read_declared()[0] if p.exists() else None
 
     def verdicts(self) -> list[dict] | None:
-        return self._file("verdicts.jsonl")
+        return self._file("verdicts.jsonl", VERDICTS)
 
     def generations(self) -> list[dict] | None:
-        return self._file("generations.jsonl")
+        return self._file("generations.jsonl", GENERATIONS)
 
     def base_row(self) -> dict:
         return dataset.rows_from_point(self.path)[0]

@@ -25,7 +25,7 @@ from . import HARNESS_VERSION, benchmarks, generation, scoring
 from .benchmarks import Benchmark, Item, ScoringContext
 from .engine import Engine, EngineSettings
 from .errors import ConfigError, DataError, QuantladderError
-from .io import JsonlFile, hash_obj, read_json, read_jsonl, write_json
+from .io import GENERATIONS, JsonlFile, hash_obj, read_json, read_jsonl, write_json
 from .llama_tools import library_backend, library_version
 from .manifest import anchor_run_key, gate_settings
 from .models import resolve_source
@@ -181,8 +181,7 @@ def verdict(bench: Benchmark, entry: dict, generated: dict, threads: int = 1) ->
     source = read_json(cache / "source.json")
     run.scoring_setup()  # the sandbox, before anything runs
     items = [Item.from_json(r) for r in read_jsonl(cache / "items.jsonl")]
-    records = read_jsonl(cache / "generations.jsonl")
-    meta = read_json(cache / "generations.json")
+    records, meta = JsonlFile(cache / "generations.jsonl", GENERATIONS).read_declared()
     out = scoring.score(run, items, records, meta, key=meta["key"], store_dir=cache,
                         ctx=ScoringContext(run.open_env(source, "score"), threads=threads))
     want = (entry["metric"], entry.get("subset"), entry.get("n_ctx"))

@@ -20,6 +20,7 @@ import platform
 import re
 
 from .errors import CardMismatchError
+from .io import user_cache
 
 # ggml's CPU feature names from the most to the least capable level a label names.
 ISA_LEVELS = ("AMX_INT8", "AVX512", "AVX2", "AVX", "SSE3", "NEON", "SVE")
@@ -150,8 +151,7 @@ def ggml_system_info() -> str:
     stamp = _library_stamp()
     cache = None
     if stamp:
-        d = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "quantladder")
-        cache = os.path.join(d, "ggml-system-info-" + hashlib.sha256(stamp.encode()).hexdigest()[:16] + ".txt")
+        cache = str(user_cache(f"ggml-system-info-{hashlib.sha256(stamp.encode()).hexdigest()[:16]}.txt"))
         try:
             with open(cache) as f:
                 return f.read()

@@ -13,7 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import metrics, status
-from .io import atomic_path, read_json
+from .errors import DataError
+from .io import REWRITE, atomic_path, read_json
 
 # (column, arrow type, unit or meaning). This table is the documented schema (README links it).
 COLUMNS: list[tuple[str, pa.DataType, str]] = [
@@ -150,9 +151,13 @@ def recipe_label(name: str | None, recipe: dict | None) -> str | None:
     return "; ".join([str(recipe["type"])] * bool(recipe.get("type")) + rules)
 
 
+# What every metrics.json holds (quantladder.points.Point.write_metrics): its readers require them.
+METRICS_KEYS = ("benchmark", "rows", "manifest")
+
+
 def rows_from_point(metrics_path: str | Path, manifest_path: str | Path | None = None) -> list[dict]:
     """Flatten one point's metrics.json (+ its manifest) into dataset rows."""
-    m = read_json(metrics_path)
+    m = read_json(metrics_path, required=METRICS_KEYS)
     man = read_json(manifest_path) if manifest_path else m.get("manifest", {})
     point = man.get("point", {})
     model = man.get("model", {})
@@ -179,7 +184,10 @@ def rows_from_point(metrics_path: str | Path, manifest_path: str | Path | None =
         "measured_at": man.get("created_at"),
     }
     rows = []
-    for r in m.get("rows", []):
+    for no, r in enumerate(m["rows"]):
+        if not isinstance(r, dict) or "metric" not in r or "value" not in r:
+            raise DataError(f"{metrics_path}: rows[{no}] is not a metric row ({str(r)[:80]}): the file is damaged; "
+                            f"{REWRITE}")
         row = {c: None for c, _, _ in COLUMNS}
         row.update(base)
         row.update({k: r.get(k) for k in ("metric", "value", "unit", "stderr", "n", "subset", "n_ctx", "higher_is_better")})

@@ -41,7 +41,7 @@ from . import loops
 from .benchmarks.base import Benchmark, Item
 from .budget import Budget, BudgetReached
 from .generation_policy import GenerationPolicy
-from .io import JsonlFile, hash_obj, write_json
+from .io import GENERATION_STORE, GENERATIONS, JsonlFile, hash_obj, sha256_file, write_json
 from .measures.memory import peak_rss_bytes
 
 log = logging.getLogger("quantladder.generation")
@@ -143,7 +143,7 @@ class Loop:
                  budget: Budget | None = None, time_budget_s: float | None = None, label: str = "",
                  env=None, progress_every_s: float = PROGRESS_EVERY_S, stopper=None):
         self.bench, self.items, self.key = bench, items, key
-        self.store = JsonlFile(Path(store_dir) / STORE_NAME)
+        self.store = JsonlFile(Path(store_dir) / STORE_NAME, GENERATION_STORE)
         self.engine_for = engine_for
         self.n_parallel = max(1, int(n_parallel))
         if wave_factor is None:
@@ -266,18 +266,20 @@ class Loop:
 
 def write_outputs(result: Result, generations_path: str | os.PathLike, meta_path: str | os.PathLike,
                   extra: dict | None = None) -> None:
-    """The declared outputs: the plan's records in plan order, then the meta file (written last)."""
-    JsonlFile(generations_path).write(result.records)
-    write_json(meta_path, {**result.meta, **(extra or {})})
+    """The declared outputs: the plan's records in plan order, then the meta file (written last), which
+    records the file's sha256 beside its count: every reader checks both (``JsonlFile.read_declared``)."""
+    JsonlFile(generations_path, GENERATIONS).write(result.records)
+    write_json(meta_path, {**result.meta, **(extra or {}), "sha256": sha256_file(generations_path)})
 
 
 def write_blocked(generations_path: str | os.PathLike, meta_path: str | os.PathLike, *, benchmark: str,
                   reason: str | None, planned: int, items_sha256: str | None = None) -> None:
     """The outputs of a point whose card failed the benchmark's anchor gate: no replies, and a meta
     file that says so and why (the score rule turns it into `blocked` rows). Nothing is generated."""
-    JsonlFile(generations_path).write([])
+    JsonlFile(generations_path, GENERATIONS).write([])
     write_json(meta_path, {"benchmark": benchmark, "blocked": True, "reason": reason, "planned": planned,
-                           "generated": 0, "complete": False, "items_sha256": items_sha256})
+                           "generated": 0, "complete": False, "items_sha256": items_sha256,
+                           "sha256": sha256_file(generations_path)})
 
 
 __all__ = ["Loop", "Wave", "plan", "write_outputs", "write_blocked", "Result", "BudgetReached", "Progress"]

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -27,6 +28,50 @@ def sha256_file(path: str | os.PathLike) -> str:
                 break
             h.update(block)
     return h.hexdigest()
+
+
+def user_cache(*parts: str) -> Path:
+    """quantladder's folder in the user's cache (``$XDG_CACHE_HOME``, else ``~/.cache``)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "quantladder", *parts)
+
+
+def _stamp_path(path: str | os.PathLike) -> tuple[Path, os.stat_result]:
+    """Where this host keeps the sha256 of ``path`` in its present state, and that state.
+
+    The stamp is (host, real path, device, inode, size, mtime, ctime): any write to the file moves
+    its ctime, which no user call can set back, so an edit in place that keeps the size and resets
+    the mtime (a corrupted block, a copy over it) misses the stamp and is hashed again."""
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    key = hash_obj([os.uname().nodename, real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns])
+    return user_cache("verified", key[:2], key), st
+
+
+def sha256_file_stamped(path: str | os.PathLike) -> str:
+    """``sha256_file``, read from this host's stamp when the file has not changed since it was last
+    hashed here (docs/dataset.md, "Reliability": a 70 GB rung costs a minute or more to hash)."""
+    stamp, st = _stamp_path(path)
+    with contextlib.suppress(OSError):
+        digest = stamp.read_text().strip()
+        if len(digest) == 64:
+            return digest
+    digest = sha256_file(path)
+    if _stamp_path(path)[1].st_ctime_ns == st.st_ctime_ns:  # not written to while it was read
+        with contextlib.suppress(OSError), atomic_path(stamp) as tmp:
+            tmp.write_text(digest + "\n")
+    return digest
+
+
+def verify_sha256(path: str | os.PathLike, expected: str | None, *, what: str, recorded_in: str) -> None:
+    """Refuse a file whose bytes are not the ones its record names, before any figure is made from it."""
+    if not expected:
+        raise DataError(f"{path}: {recorded_in} records no sha256 for this {what}, so it cannot be verified; "
+                        "make it again (delete both and run `snakemake --cores all` again)")
+    actual = sha256_file_stamped(path)
+    if actual != expected.lower():
+        raise DataError(f"{path}: this {what}'s sha256 is {actual}, but {recorded_in} records {expected}: the file "
+                        "changed after it was made or fetched (a damaged disk, a copy over it); delete it and its "
+                        "record and run `snakemake --cores all` again to make or fetch it again")
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -106,13 +151,76 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def read_json(path: str | os.PathLike) -> Any:
-    with open(path) as f:
-        return json.load(f)
+REWRITE = ("delete it and run `snakemake --cores all` again (the default target, with your --configfile): the "
+           "rule that writes it runs again")
+
+
+def read_json(path: str | os.PathLike, required: tuple[str, ...] = ()) -> Any:
+    """A JSON file; damage (a truncated write, a hand edit) is an error naming the file and the fix.
+
+    ``required``: keys the file must have (its reader's contract): their absence is named too."""
+    try:
+        with open(path, "rb") as f:
+            doc = json.loads(f.read())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: not JSON ({e}): the file is damaged; {REWRITE}") from None
+    if required:
+        if not isinstance(doc, dict):
+            raise DataError(f"{path}: a JSON {type(doc).__name__}, not an object; the file is damaged; {REWRITE}")
+        missing = [k for k in required if k not in doc]
+        if missing:
+            raise DataError(f"{path}: no {', '.join(map(repr, missing))}; the file is damaged; {REWRITE}")
+    return doc
 
 
 class CorruptLineError(DataError):
     pass
+
+
+@dataclass(frozen=True)
+class ItemFileKind:
+    """A kind of per-item file: the keys each record must have, and what restores a damaged one.
+
+    ``restore`` is formatted with ``path`` (the file) and ``dir`` (its folder). A declared output is
+    written once, whole, with its count and sha256 recorded in the JSON file ``meta`` beside it
+    (under ``n_key`` and ``sha_key``), so deleting one of its lines leaves a file that no longer
+    matches its record: what restores it is making it again."""
+
+    name: str
+    required: tuple[str, ...]
+    restore: str
+    meta: str | None = None
+    n_key: str | None = None
+    sha_key: str | None = None
+    meta_required: tuple[str, ...] = ()  # what every version of the record has held
+
+
+# The default target plans every missing file of the plan (rules/common.smk, get_final_outputs).
+_RERUN = "run `snakemake --cores all` again (the default target, with your --configfile)"
+ITEMS = ItemFileKind(
+    "items", ("id",),
+    "delete {path} and {dir}/items.json, then " + _RERUN + ": rule benchmark_items makes the items again from "
+    "the benchmark's source, and every point of the family that used them is generated again (from its store "
+    "where an item is unchanged)", meta="items.json", n_key="n_items", sha_key="sha256",
+    meta_required=("n_items", "sha256"))
+GENERATIONS = ItemFileKind(
+    "generations", ("item_id", "finish_reason"),
+    "delete {path}, then " + _RERUN + ": rule generate writes it again from the replies kept in "
+    "{dir}/.generations.store.jsonl and generates only the items missing there",
+    meta="generations.json", n_key="generated", sha_key="sha256",
+    meta_required=("generated",))
+VERDICTS = ItemFileKind(
+    "verdicts", ("item_id", "correct"),
+    "delete {path}, then " + _RERUN + ": rule score writes it again from the verdicts kept in "
+    "{dir}/.verdicts.store.jsonl and scores only the items missing there",
+    meta="metrics.json", n_key="scored", sha_key="verdicts_sha256")
+GENERATION_STORE = ItemFileKind(
+    "generation store", ("item_id", "key"),
+    "delete that line (or the file), then " + _RERUN + ": the items it held are generated again")
+VERDICT_STORE = ItemFileKind(
+    "verdict store", ("item_id", "key"),
+    "delete that line (or the file), then " + _RERUN + ": the items it held are scored again")
+ANY = ItemFileKind("per-item", (), "delete the file and " + _RERUN)
 
 
 class JsonlFile:
@@ -123,35 +231,46 @@ class JsonlFile:
     - a torn last line (no newline: a kill or a full disk mid-append) is not a record; ``repair()``
       cuts the file back to the last complete record (and logs it) before anything is appended, so
       a new record never merges with a torn one;
-    - any other line that is not a JSON object is an error naming ``file:line`` and the fix, never
-      silently skipped (a skipped line is a lost item, and a reader that stops there loses the rest).
+    - any other line that is not a JSON object with its kind's keys is an error naming ``file:line``
+      and what restores the data, never silently skipped (a skipped line is a lost item, and a
+      reader that stops there loses the rest);
+    - ``read_recorded`` also checks the count and sha256 recorded beside a declared file.
     A failed append (full disk) truncates the file back to where it was before raising.
     """
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, kind: ItemFileKind = ANY):
         self.path = Path(path)
+        self.kind = kind
 
-    def _scan(self) -> tuple[list[dict], int, int]:
+    def _advice(self) -> str:
+        return self.kind.restore.format(path=self.path, dir=self.path.parent)
+
+    def _scan(self, data: bytes | None = None) -> tuple[list[dict], int, int]:
         """(records, bytes of the complete part, bytes of a torn tail)."""
-        if not self.path.exists():
-            return [], 0, 0
-        data = self.path.read_bytes()
+        if data is None:
+            if not self.path.exists():
+                return [], 0, 0
+            data = self.path.read_bytes()
         records: list[dict] = []
         good = 0
         lines = data.split(b"\n")
         tail = lines.pop()  # after the last newline: b"" when the file ends cleanly
         for no, line in enumerate(lines, start=1):
             if line.strip():
+                where = f"{self.path}:{no}"
                 try:
                     rec = json.loads(line)
                 except (json.JSONDecodeError, UnicodeDecodeError) as e:
                     raise CorruptLineError(
-                        f"{self.path}:{no}: not a JSON record ({e.msg if hasattr(e, 'msg') else e}); the file is "
-                        "damaged in the middle, so it cannot be trusted past this line: delete that line (the "
-                        "item is generated or scored again) or the whole file") from None
+                        f"{where}: not a JSON record ({e.msg if hasattr(e, 'msg') else e}); the {self.kind.name} "
+                        f"file is damaged in the middle, so it cannot be trusted past this line: {self._advice()}"
+                    ) from None
                 if not isinstance(rec, dict):
-                    raise CorruptLineError(f"{self.path}:{no}: a JSON {type(rec).__name__}, not a record; "
-                                           "delete that line or the file")
+                    raise CorruptLineError(f"{where}: a JSON {type(rec).__name__}, not a record; {self._advice()}")
+                missing = [k for k in self.kind.required if k not in rec]
+                if missing:
+                    raise CorruptLineError(f"{where}: a {self.kind.name} record without "
+                                           f"{', '.join(map(repr, missing))}; {self._advice()}")
                 records.append(rec)
             good += len(line) + 1
         return records, good, len(tail)
@@ -162,6 +281,29 @@ class JsonlFile:
         if torn:
             log.warning("%s: a torn last line (%d bytes) is not a record and is ignored", self.path, torn)
         return records
+
+    def read_declared(self) -> tuple[list[dict], dict]:
+        """A declared output and the record beside it (the kind's ``meta``), checked against its count
+        and sha256 (either absent where the record predates it): a file edited after it was written
+        (a line deleted, as this advice said once) would otherwise pass for a smaller plan."""
+        meta_path = self.path.with_name(self.kind.meta)
+        meta = read_json(meta_path, required=self.kind.meta_required)
+        if not isinstance(meta, dict):
+            raise DataError(f"{meta_path}: a JSON {type(meta).__name__}, not an object; the file is damaged; {REWRITE}")
+        n, sha = meta.get(self.kind.n_key), meta.get(self.kind.sha_key)
+        if not self.path.exists():
+            raise DataError(f"{self.path}: no such {self.kind.name} file, though {meta_path} records it; "
+                            f"{self._advice()}")
+        data = self.path.read_bytes()
+        records, _, torn = self._scan(data)
+        actual = sha256_bytes(data)
+        if torn or (n is not None and len(records) != n) or (sha and actual != sha):
+            raise DataError(
+                f"{self.path} holds {len(records)} records" + (f" and a torn last line ({torn} bytes)" if torn else "")
+                + f" (sha256 {actual}), but {meta_path} records {n if n is not None else 'no count'} "
+                f"(sha256 {sha or 'not recorded'}): the file was changed after it was written, and what is "
+                f"measured from it would cover other items than planned; {self._advice()}")
+        return records, meta
 
     def repair(self) -> list[dict]:
         """Cut a torn tail back to the last complete record; return the records."""
@@ -176,18 +318,23 @@ class JsonlFile:
         return records
 
     def append(self, record: dict) -> None:
+        """One record, written and fsynced through the raw descriptor: a buffered file object would
+        flush again (and fail again, on a full disk) before its truncate, leaving a torn tail."""
         line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "ab") as f:
-            start = f.tell()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            start = os.lseek(fd, 0, os.SEEK_END)
             try:
-                f.write(line)
-                f.flush()
-                os.fsync(f.fileno())
+                view = memoryview(line)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
             except OSError:
-                with contextlib.suppress(OSError):
-                    f.truncate(start)
+                os.ftruncate(fd, start)  # the file as it was: no torn tail for the next reader
                 raise
+        finally:
+            os.close(fd)
 
     def write(self, records) -> None:
         """Replace the whole file atomically (a finished output: written once, in order)."""
@@ -203,9 +350,9 @@ def append_jsonl(path: str | os.PathLike, record: dict) -> None:
     JsonlFile(path).append(record)
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
+def read_jsonl(path: str | os.PathLike, kind: ItemFileKind = ANY) -> list[dict]:
     """Every complete record of a per-item file; a corrupt line is an error naming file:line."""
-    return JsonlFile(path).read()
+    return JsonlFile(path, kind).read()
 
 
 def write_jsonl(path: str | os.PathLike, records) -> None:

@@ -34,7 +34,7 @@ import tempfile
 from pathlib import Path
 
 from .errors import ConfigError, QuantladderError
-from .io import hash_obj, sha256_file
+from .io import hash_obj, sha256_file, user_cache
 
 TOOLS = ("llama-imatrix", "llama-quantize", "llama-perplexity", "llama-bench")
 BUILDER_VERSION = "2"  # bump when the build recipe below changes what the binaries are
@@ -129,8 +129,7 @@ def cache_root(configured: str | None = None) -> Path:
         return Path(env).expanduser()
     if configured:
         return Path(configured).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "quantladder" / "llama-tools"
+    return user_cache("llama-tools")
 
 
 def build_key(version: str, backend: str, args: list[str]) -> str:

@@ -24,7 +24,7 @@ from .anchors import summary as anchor_summary
 from .backend import engine_backend
 from .engine import EngineSettings, library_info, parse_kv
 from .errors import QuantladderError
-from .io import read_json, write_json
+from .io import read_json, verify_sha256, write_json
 
 
 @dataclass
@@ -127,8 +127,9 @@ class Point:
 def from_snakemake(smk, benchmark: str | None = None) -> Point:
     """Build the Point from a rule's snakemake object.
 
-    Expects input.info (the rung's sidecar JSON; input.gguf where the job loads the model) and,
-    optionally, input.anchor. A task job's benchmark and series come from its wildcards.
+    Expects input.info (the rung's sidecar JSON; input.gguf where the job loads the model, verified
+    against the sidecar's sha256) and, optionally, input.anchor. A task job's benchmark and series
+    come from its wildcards.
     """
     w = smk.wildcards
     benchmark = benchmark or w.task
@@ -143,6 +144,9 @@ def from_snakemake(smk, benchmark: str | None = None) -> Point:
     if hasattr(inp, "anchor") and inp.anchor:
         anchor = read_json(inp.anchor)
     threads = smk.config.get("threads") or smk.threads
-    gguf = getattr(inp, "gguf", None) or str(inp.info)[: -len(".json")]
+    gguf = getattr(inp, "gguf", None)
+    if gguf:  # the job loads the rung: its bytes are the recorded ones before any figure is made
+        verify_sha256(gguf, record.get("sha256"), what="rung file", recorded_in=str(inp.info))
+    gguf = gguf or str(inp.info)[: -len(".json")]
     return Point(config=cfg, card=w.card, family=w.family, rung=w.rung, kv=w.kv, benchmark=benchmark,
                  model_path=str(gguf), model_record=record, anchor=anchor, threads=int(threads), series=series)

@@ -23,7 +23,7 @@ from .benchmarks.base import Benchmark, Item, ScoringContext
 from .budget import Budget
 from .engine import parse_kv
 from .errors import DataError
-from .io import JsonlFile, hash_obj
+from .io import VERDICT_STORE, VERDICTS, JsonlFile, hash_obj, sha256_file
 
 log = logging.getLogger("quantladder.scoring")
 
@@ -52,7 +52,7 @@ def score(bench: Benchmark, items: list[Item], records: list[dict], gen_meta: di
         raise DataError(f"generations of items that are not in the items file ({len(stray)}, e.g. {stray[:3]}): "
                         "they were made for another item set; rerun the generate rule")
     todo = [it for it in items if it.id in by_id]
-    store = JsonlFile(Path(store_dir) / STORE_NAME)
+    store = JsonlFile(Path(store_dir) / STORE_NAME, VERDICT_STORE)
     have = {(v.get("item_id"), v.get("reply_sha")): v for v in store.repair() if v.get("key") == key}
     verdicts: dict[str, dict] = {}
     pending: list[Item] = []
@@ -87,6 +87,13 @@ def score(bench: Benchmark, items: list[Item], records: list[dict], gen_meta: di
     status, reason = completeness(len(items), ordered, gen_meta)
     facts = {"planned": len(items), "generated": len(records), "scored": len(ordered)}
     return Outcome(ordered, rows, status, reason, facts)
+
+
+def write_verdicts(path: str | Path, verdicts: list[dict]) -> dict:
+    """The declared ``verdicts.jsonl``, and what its point's metrics.json records of it (its count and
+    sha256: every reader checks both, ``io.VERDICTS``)."""
+    JsonlFile(path, VERDICTS).write(verdicts)
+    return {VERDICTS.n_key: len(verdicts), VERDICTS.sha_key: sha256_file(path)}
 
 
 def _stamp(v: dict, item: Item, rec: dict, key: str) -> dict:

@@ -72,3 +72,13 @@ def per_item_files(cfg: dict, targets: list[Target]) -> list[str]:
             d = t.path.rsplit("/", 1)[0]
             out += [f"{d}/verdicts.jsonl", f"{d}/generations.jsonl"]
     return out
+
+
+ITEM_FILES = ("resources/benchmarks/{task}/{family}/items.jsonl", "resources/benchmarks/{task}/{family}/items.json")
+
+
+def item_files(cfg: dict, targets: list[Target]) -> list[str]:
+    """The items files the task benchmarks' points are generated from, once each."""
+    task_names = set(tasks(cfg))
+    pairs = dict.fromkeys((t.measure, t.family) for t in targets if t.measure in task_names)
+    return [f.format(task=task, family=fam) for task, fam in pairs for f in ITEM_FILES]

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Generator
 
 from .. import schemas
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
+from ..io import ITEMS, JsonlFile, verify_sha256
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,14 @@ class Item:
     def from_json(cls, d: dict) -> "Item":
         return cls(id=str(d["id"]), subset=d.get("subset"), n_ctx=d.get("n_ctx"), data=d.get("data") or {},
                    answer=d.get("answer") or {})
+
+
+def read_items(item_file) -> tuple[list[Item], dict]:
+    """A family's items and their ``items.json``, the file checked against the count and sha256 that
+    record holds (every consumer reads them here: a line deleted from the file is an error, never a
+    smaller plan that looks complete)."""
+    records, meta = JsonlFile(item_file, ITEMS).read_declared()
+    return [Item.from_json(r) for r in records], meta
 
 
 @dataclass
@@ -116,6 +126,21 @@ class Benchmark:
     def fetch_source(self, dest: str) -> dict:
         """Obtain the data (once per config); returns the record that pins it (name, version, sha256, paths)."""
         raise NotImplementedError
+
+    def pinned_files(self, source: dict) -> dict[str, str]:
+        """The data files the source record pins, path -> sha256 (by default the record's ``files``
+        under its ``root``); a benchmark whose record pins its content another way says so here."""
+        root = Path(source.get("root") or "")
+        return {str(root / rel): digest for rel, digest in (source.get("files") or {}).items()}
+
+    def verify_source(self, source: dict, record_path: str) -> None:
+        """Every pinned data file still has the bytes its record names (before items are built, replies
+        generated or verdicts given from it)."""
+        for path, digest in self.pinned_files(source).items():
+            if not Path(path).is_file():
+                raise DataError(f"{path}: missing ({record_path} pins it); delete {record_path} and run snakemake "
+                                "again to fetch the data again")
+            verify_sha256(path, digest, what=f"{self.name} data file", recorded_in=record_path)
 
     def build_items(self, source: dict, *, reference_gguf: str | None, family: dict, threads: int = 1,
                     log=None) -> tuple[list[Item], dict]:

@@ -112,13 +112,13 @@ def pair_verdicts(reference: Sequence[Mapping], rung: Sequence[Mapping], *, kind
 
 
 def read_verdicts(path: str | Path) -> list[dict]:
-    """A point's ``verdicts.jsonl`` (the io module's reader: a torn last line is dropped)."""
-    from ..io import read_jsonl
+    """A point's ``verdicts.jsonl``, checked against the count and sha256 its metrics.json records."""
+    from ..io import VERDICTS, JsonlFile
 
     p = Path(path)
     if not p.exists():
         raise DataError(f"{p}: no such verdicts file")
-    return read_jsonl(p)
+    return JsonlFile(p, VERDICTS).read_declared()[0]
 
 
 def pairs_from_files(reference_path: str | Path, rung_path: str | Path, *, kind: str = "auto") -> Pairs:

@@ -87,7 +87,6 @@ class BFCL(Benchmark):
                                 download_dir=dest / "wheel")
 
     def build_items(self, source, *, reference_gguf=None, family=None, threads=1, log=None):
-        data.verify(source)
         s = self.settings
         raw = data.load_items(source, s["categories"], s["limit"], s["limits"], s["seed"])
         items = []

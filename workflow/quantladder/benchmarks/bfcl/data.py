@@ -185,17 +185,6 @@ def read_jsonl(path: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def verify(record: dict) -> None:
-    """Every file still has the hash recorded when it was obtained."""
-    root = Path(record["root"])
-    for rel, digest in record["files"].items():
-        p = root / rel
-        if not p.is_file():
-            raise DataError(f"{p}: missing (listed in the BFCL data record)")
-        if sha256_file(p) != digest:
-            raise DataError(f"{p}: sha256 differs from the BFCL data record; rerun the bfcl_data rule")
-
-
 def load_category(root: str | Path, category: str) -> list[dict]:
     """Items of one category with their possible answers (``ground_truth``) attached.
 

@@ -69,6 +69,9 @@ class _CodeSuite(Benchmark):
         return CodeItem(item_id=item.id, task_id=d["task_id"], subset=item.subset, prompt=d["prompt"],
                         entry_point=d["entry_point"], test=item.answer["test"], prefix=d["prefix"], mode=d["mode"])
 
+    def pinned_files(self, source):
+        return {source["path"]: source["sha256"]} if source.get("path") else {}
+
     # -- generation ----------------------------------------------------------------------------
     def drive(self, item, engine, env):
         prompt = prompts.chat_prompt(lambda m: engine.chat_prompt(m, add_generation_prompt=False),
@@ -116,7 +119,8 @@ class HumanEval(_CodeSuite):
     item_settings = ("path", "limit")
 
     def fetch_source(self, dest):
-        return data.suite_info("humaneval", self.settings)
+        return {**data.suite_info("humaneval", self.settings),
+                "path": str(self.settings.get("path") or data.humaneval_file())}
 
 
 class BigCodeBenchHard(_CodeSuite):

@@ -2,10 +2,11 @@
 interpreter, where quantladder is not importable). docs/sandbox.md says what it guarantees.
 
 The verdict is decided in a process the model's code cannot reach. This file starts as pid 1 of the
-sandbox's pid namespace (so no signal from the program reaches it), makes itself non-dumpable (so
-no process of the same uid can ptrace it or open its /proc/<pid>/mem, fd/ or environ), and forks the
-process that will run the model's code *before* it has read anything secret. Only then does it read
-and delete ``job.json`` (the tests) and ``.nonce``, and let the child go. The child's fds 0-2 are
+sandbox's pid namespace (so only the signals it handles reach it from the program, and it ignores
+SIGINT, the one Python handles), makes itself non-dumpable (so no process of the same uid can ptrace
+it or open its /proc/<pid>/mem, fd/ or environ), and forks the process that will run the model's code
+*before* it has read anything secret. Only then does it read and delete ``job.json`` (the tests) and
+``.nonce``, and let the child go. The child's fds 0-2 are
 /dev/null: fd 1 of the sandbox, where this process finally writes ``@@QL_RESULT@@ <nonce> {json}``,
 is not the child's.
 
@@ -39,6 +40,7 @@ Modes
 import errno
 import json
 import os
+import signal
 import struct
 import sys
 import types
@@ -1165,6 +1167,10 @@ def main():
     os.makedirs(run_dir, exist_ok=True)
     # The fork comes before job.json and .nonce are read: the child's memory never held them.
     child = fork_child(_candidate_role if mode == "script" else _test_role) if problem is None else None
+    # As pid 1 of its namespace this process receives only the signals it handles, and Python handles
+    # SIGINT (KeyboardInterrupt): the program (same uid) could end the judge and turn its own failure
+    # into the harness's. Ignored here, after the fork: the program keeps Python's own SIGINT.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     with open(os.path.join(here, "job.json")) as f:
         job = json.load(f)
     with open(os.path.join(here, ".nonce")) as f:

@@ -31,7 +31,7 @@ from ... import sandbox
 from .extract import bigcodebench_program, bigcodebench_solution, humaneval_completion
 
 # Bumped when a change here changes a verdict (Snakemake does not track imported modules).
-SCORER_VERSION = "code-3"  # code-2: the verdict is decided outside the model's process; code-3: the test module's names out of the solution's reach, malformed verdict lines are sandbox errors
+SCORER_VERSION = "code-4"  # code-2: the verdict is decided outside the model's process; code-3: the test module's names out of the solution's reach, malformed verdict lines are sandbox errors; code-4: a program's SIGINT to the harness no longer ends it
 # The harness's failure kinds (a verdict line naming another is malformed: the item's sandbox_error).
 ERROR_TYPES = ("syntax", "test_failure", "runtime_error", "early_exit", "timeout", "memory", "violation",
                "sandbox_error")

@@ -78,6 +78,10 @@ class Ruler(Benchmark):
                 "sha256": hash_obj({"words": words.source, "essay": s["essay"] if needs_essay else None,
                                  "qa": {k: v["sha256"] for k, v in qa_files.items()}})}
 
+    def pinned_files(self, source):
+        """The QA data (the word lists and the essay come with the installed packages)."""
+        return {q["path"]: q["sha256"] for q in (source.get("qa") or {}).values()}
+
     def build_items(self, source, *, reference_gguf, family, threads=1, log=None):
         s = self.settings
         info = read_info(reference_gguf)

@@ -84,6 +84,11 @@ class Tasks(Benchmark):
             raise DataError("benchmarks.tasks.source: give `path:` (a local file) or `hf:` (a hub dataset)")
         return taskfile.source_record(taskfile.download(src["hf"]), self.settings["format"], src["hf"])
 
+    def pinned_files(self, source):
+        """A hub file, by its bytes; a local file is pinned by its prompt half's digest instead (a check
+        edited there rescores: docs/your-tasks.md), which its items file carries."""
+        return {source["path"]: source["sha256"]} if source.get("hf") else {}
+
     def _file(self, source: dict) -> taskfile.TaskFile:
         return taskfile.read(source["path"], source.get("format", "auto"), self.settings["limit"])
 

@@ -17,7 +17,7 @@ from ... import corpora, metrics
 from ...budget import BudgetReached
 from ...card import check_same_card
 from ...engine import RawContext
-from ...io import hash_obj, read_json, sha256_bytes, sha256_file, write_json
+from ...io import hash_obj, read_json, sha256_bytes, sha256_file, verify_sha256, write_json
 from ..memory import peak_rss_bytes
 from .passes import Protocol, n_chunks, pass_config, pass_name, pass_settings, protocol
 from .stats import metric_rows, overlap_rows, summarize
@@ -347,6 +347,7 @@ def reference_pass(cfg: dict, card: str, corpus: str, ctx_label: str, *, gguf: s
     check_same_card(card, cfg.get("card"))
     settings = pass_settings(cfg, corpus, ctx_label)
     ref = read_json(info)
+    verify_sha256(gguf, ref.get("sha256"), what="reference rung", recorded_in=str(info))
     proto = protocol(settings, (ref.get("info") or ref).get("n_ctx_train"), source=str(gguf))
     kind = "chat" if corpora.is_chat(settings["source"]) else "text"
     text, parse_special = corpora.text_for_model(corpus_file, kind, gguf)
