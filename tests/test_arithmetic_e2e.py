@@ -10,14 +10,13 @@ import csv
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
 
-from quantladder.gguf_meta import read_info
-from quantladder.io import read_jsonl, sha256_file, write_json
+from quantladder.io import read_jsonl
+from pipeline_util import task_workdir
 
 REPO = Path(__file__).resolve().parents[1]
 FAM, CARD = "smollm2", "testcard"
@@ -31,14 +30,6 @@ def run(smollm_f16, smollm_q4km, smollm_q2k, tmp_path_factory):
     wd = tmp_path_factory.mktemp("arith-e2e")
     default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     rungs = {"F16": ("reference", smollm_f16), "Q4_K_M": ("quantized", smollm_q4km), "Q2_K": ("quantized", smollm_q2k)}
-    for rung, (kind, model) in rungs.items():
-        gguf = wd / f"resources/models/{FAM}/{kind}/{rung}.gguf"
-        gguf.parent.mkdir(parents=True, exist_ok=True)
-        gguf.symlink_to(model)
-        write_json(str(gguf) + ".json", {"sha256": sha256_file(model), "info": read_info(model).as_dict(),
-                                         "method": "test fixture"})
-    write_json(wd / f"results/{CARD}/anchors/arithmetic.json",
-               {"benchmark": "arithmetic", "status": "unanchored", "reason": "test run"})
     cfg = {
         "card": CARD, "threads": 2,
         "families": {FAM: {"source": {"path": str(smollm_f16)}, "reference": "F16", "rungs": ["Q4_K_M", "Q2_K"]}},
@@ -46,16 +37,7 @@ def run(smollm_f16, smollm_q4km, smollm_q2k, tmp_path_factory):
         "benchmarks": {"arithmetic": default["benchmarks"]["arithmetic"]},  # the default run's section as it is
         "generation": default["generation"],
     }
-    (wd / "config.yaml").write_text(yaml.safe_dump(cfg))
-    (wd / "config").mkdir()
-    (wd / "config" / "schemas").symlink_to(REPO / "config" / "schemas")
-    (wd / "config" / "anchors.yaml").symlink_to(REPO / "config" / "anchors.yaml")
-    (wd / "Snakefile").write_text(textwrap.dedent(f"""\
-        configfile: "config.yaml"
-        include: "{REPO}/rules/common.smk"
-        include: "{REPO}/rules/tasks.smk"
-        include: "{REPO}/rules/aggregate.smk"
-        """))
+    task_workdir(wd, cfg, rungs, "arithmetic")
     exe = Path(sys.executable).with_name("snakemake")
     r = subprocess.run([str(exe), "-s", str(wd / "Snakefile"), "-d", str(wd), "--cores", "2", "--nolock",
                         f"results/{CARD}/points.parquet"], capture_output=True, text=True, timeout=1200,
