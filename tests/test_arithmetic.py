@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import re
 from fractions import Fraction
 
 import pytest
@@ -46,18 +47,19 @@ def test_the_seeded_set_is_fixed_by_its_seed_and_graded_by_level():
     a = generate.problems(7, per_level=5)
     assert a == generate.problems(7, per_level=5)
     assert a != generate.problems(8, per_level=5)
-    assert len(a) == 2 * 3 * 5 and len({p.id for p in a}) == len(a)
+    assert len(a) == 2 * 4 * 5 and len({p.id for p in a}) == len(a)
     # a level's items do not depend on which other kinds or levels are asked for
     only = generate.problems(7, kinds=["word"], levels=[3], per_level=5)
     assert only == [p for p in a if p.subset == "word-3"]
     for p in a:
         kind, level = p.subset.split("-")
-        if kind == "plain":  # the answer is the expression's exact value, and the level its operations
+        if kind == "plain":  # the answer is the expression's exact value; a level adds digits or an operation
             expr = p.question.removeprefix("What is ").removesuffix("?")
             assert _arith(ast.parse(expr, mode="eval")) == p.answer
-            assert p.steps == int(level) == expr.count("+") + expr.count("-") + expr.count("*")
+            assert p.steps == expr.count("+") + expr.count("-") + expr.count("*") == max(1, int(level) - 1)
+            assert (max(len(t) for t in re.findall(r"\d+", expr)) == 1) == (level == "1")
         else:
-            assert p.steps == int(level) + 1 and p.answer >= 0
+            assert p.steps == int(level) and p.answer >= 0
         assert isinstance(p.answer, int)
 
 
@@ -68,6 +70,9 @@ def test_the_generator_version_is_in_the_items_key(monkeypatch):
     assert manifest.items_key(cfg, "f", "arithmetic") != before
     cfg["benchmarks"]["arithmetic"]["generated"] = {"seed": 2}
     assert benchmarks.create("arithmetic", cfg["benchmarks"]["arithmetic"]).settings["generated"]["per_level"] == 2
+    # the prompt's style is part of the items: the other style makes other items
+    styled = {**cfg, "benchmarks": {"arithmetic": {"enabled": True, "prompt": "cot"}}}
+    assert manifest.items_key(styled, "f", "arithmetic") != manifest.items_key(cfg, "f", "arithmetic")
 
 
 def test_a_section_with_no_items_is_refused():
@@ -115,7 +120,7 @@ def test_gsm8k_from_the_hub_source_is_scored_by_exact_match(hub_cache, tmp_path)
     assert src["gsm8k"]["path"] == str(hub_cache) and len(src["gsm8k"]["sha256"]) == 64
     items, facts = b.build_items(src)
     assert [it.answer["value"] for it in items] == ["258", "1200", "-2"] and facts["generator"] is None
-    assert all(it.subset == "gsm8k" and "The answer is N." in it.data["prompt"] for it in items)
+    assert all(it.subset == "gsm8k" and it.data["prompt"].endswith("Answer with the final number only.") for it in items)
     replies = {"gsm8k-0000": "12 x 24 = 288, minus 30 is 258.\nThe answer is 258.",
                "gsm8k-0001": "The answer is 1,200.", "gsm8k-0002": "It loses 12 litres, so 2 are left."}
     gens = {k: {"item_id": k, "text": v} for k, v in replies.items()}

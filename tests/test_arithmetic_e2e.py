@@ -58,7 +58,7 @@ def test_every_rung_is_scored_and_compared_with_its_reference(run):
     import pandas as pd
 
     n = len(read_jsonl(run / f"results/{CARD}/points/{FAM}/F16/f16/arithmetic/verdicts.jsonl"))
-    assert n == 12  # 2 kinds x 3 levels x 2
+    assert n == 16  # 2 kinds x 4 levels x 2
     for series, rung in (("points", "F16"), ("points", "Q4_K_M"), ("points", "Q2_K"), ("noise", "F16")):
         verdicts = read_jsonl(run / f"results/{CARD}/{series}/{FAM}/{rung}/f16/arithmetic/verdicts.jsonl")
         assert len(verdicts) == n

@@ -1,11 +1,11 @@
 """The offline arithmetic set: items made from a seed, answers computed exactly (Python integers).
 
-Two kinds at three graded levels (a level adds one operation, or one step of a word problem):
+Two kinds at four graded levels (a level adds one operation, or one step of a word problem):
 
-| kind  | level 1            | level 2                   | level 3                          |
-|-------|--------------------|---------------------------|----------------------------------|
-| plain | a ± b (2 digits)   | a × b ± c (2×2 digits, 3) | a × b − c × d (3×2, 2×2 digits)  |
-| word  | 2 steps            | 3 steps                   | 4 steps (one exact division)     |
+| kind  | level 1           | level 2            | level 3                   | level 4                         |
+|-------|-------------------|--------------------|---------------------------|---------------------------------|
+| plain | a + b (one digit) | a ± b (two digits) | a × b ± c (2×2 digits, 3) | a × b − c × d (3×2, 2×2 digits) |
+| word  | 1 step            | 2 steps            | 3 steps                   | 4 steps (one exact division)    |
 
 The same (seed, kinds, levels, per_level) always gives the same items: a generator of its own
 (``random.Random`` seeded from a string, which Python keeps stable across versions) per (kind,
@@ -18,9 +18,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-GENERATOR_VERSION = "arith-gen-1"
+GENERATOR_VERSION = "arith-gen-2"
 KINDS = ("plain", "word")
-LEVELS = (1, 2, 3)
+LEVELS = (1, 2, 3, 4)
 
 _NAMES = ("Ana", "Ben", "Chen", "Dara", "Eli", "Farah", "Goran", "Hana", "Ivo", "Jun", "Kofi", "Lena")
 _THINGS = ("pencils", "stickers", "marbles", "cookies", "stamps", "cards")
@@ -37,12 +37,15 @@ class Problem:
 
 def _plain(rng: random.Random, level: int) -> tuple[str, int, int]:
     if level == 1:
+        a, b = rng.randint(1, 9), rng.randint(1, 9)
+        return f"What is {a} + {b}?", a + b, 1
+    if level == 2:
         a, b = rng.randint(10, 99), rng.randint(10, 99)
         if rng.random() < 0.5:
             return f"What is {a} + {b}?", a + b, 1
         a, b = max(a, b), min(a, b)
         return f"What is {a} - {b}?", a - b, 1
-    if level == 2:
+    if level == 3:
         a, b, c = rng.randint(12, 99), rng.randint(12, 99), rng.randint(100, 999)
         if rng.random() < 0.5:
             return f"What is {a} * {b} + {c}?", a * b + c, 2
@@ -55,6 +58,12 @@ def _word(rng: random.Random, level: int) -> tuple[str, int, int]:
     name, thing = rng.choice(_NAMES), rng.choice(_THINGS)
     t = rng.randrange(2)
     if level == 1:
+        a, b = rng.randint(2, 20), rng.randint(2, 20)
+        if t == 0:
+            return f"{name} has {a} {thing} and gets {b} more. How many {thing} does {name} have now?", a + b, 1
+        a, b = max(a, b) + 1, min(a, b)
+        return f"{name} has {a} {thing} and gives away {b}. How many {thing} does {name} have left?", a - b, 1
+    if level == 2:
         if t == 0:
             a, b = rng.randint(3, 12), rng.randint(4, 25)
             c = rng.randint(1, a * b - 1)
@@ -64,7 +73,7 @@ def _word(rng: random.Random, level: int) -> tuple[str, int, int]:
         b, c = rng.randint(1, a - 1), rng.randint(1, 40)
         return (f"A bus has {a} passengers. At the first stop {b} passengers get off and {c} get on. "
                 "How many passengers are on the bus now?", a - b + c, 2)
-    if level == 2:
+    if level == 3:
         if t == 0:
             a, b, c = rng.randint(8, 30), rng.randint(2, 9), rng.randint(2, 7)
             d = rng.randint(1, a * b * c - 1)
