@@ -58,7 +58,8 @@ def _entry(domain: str, benchmark: str, label: str, r: pd.Series) -> Entry:
     lo, hi = sorted((sign * float(r["delta_ci_low"]), sign * float(r["delta_ci_high"])))
     verdict = None if isnan(r["verdict"]) else r["verdict"]
     return Entry(domain, benchmark, label, "points" if r["unit"] == "%" else str(r["unit"]), sign * float(r["delta"]),
-                 lo, hi, verdict, None if isnan(r["verdict_text"]) else r["verdict_text"], str(r["status"] or "ok"))
+                 lo, hi, verdict, None if isnan(r["verdict_text"]) else r["verdict_text"],
+                 r["status"] if isinstance(r["status"], str) else "ok")
 
 
 def entries(fam: pd.DataFrame) -> dict[tuple[str, str], tuple[list[Entry], list[Entry], list[tuple[str, str]]]]:
