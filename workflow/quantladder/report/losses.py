@@ -103,7 +103,8 @@ def first_line(es: list[Entry], what: str) -> str:
     top = es[0]
     if top.lo <= 0 or top.verdict not in LOSS_VERDICTS:
         return f"no {what} shows a loss (no interval above 0 with a loss verdict)"
-    head = f"first: <b>{esc(top.domain)}</b> (at least {_num(top.lo, top.unit)} {esc(top.unit)})"
+    noise = ", its flip rate within the noise floor" if top.verdict == "loss within noise" else ""
+    head = f"first: <b>{esc(top.domain)}</b> (at least {_num(top.lo, top.unit)} {esc(top.unit)}{noise})"
     if len(es) == 1:
         return f"{head}, the only {what} compared"
     close = [e for e in es[1:] if e.hi >= top.lo]
