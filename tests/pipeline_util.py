@@ -46,6 +46,32 @@ def make_fixture_module():
     return make_fixture
 
 
+def task_workdir(wd: Path, cfg: dict, rungs: dict[str, tuple[str, Path]], benchmark: str,
+                 rules=("common", "tasks", "aggregate")) -> None:
+    """A scratch workflow for one task benchmark: each rung's GGUF linked where the ladder would make it
+    (``rungs``: rung -> (reference | quantized, model path)) with its sidecar, the benchmark's anchor gate
+    unanchored, ``cfg`` as config.yaml beside the repository's schemas and anchors, and a Snakefile
+    including ``rules``."""
+    from quantladder.gguf_meta import read_info
+    from quantladder.io import sha256_file, write_json
+
+    family = next(iter(cfg["families"]))
+    for rung, (kind, model) in rungs.items():
+        gguf = wd / f"resources/models/{family}/{kind}/{rung}.gguf"
+        gguf.parent.mkdir(parents=True, exist_ok=True)
+        gguf.symlink_to(model)
+        write_json(str(gguf) + ".json", {"sha256": sha256_file(model), "info": read_info(model).as_dict(),
+                                         "method": "test fixture"})
+    write_json(wd / f"results/{cfg['card']}/anchors/{benchmark}.json",
+               {"benchmark": benchmark, "status": "unanchored", "reason": "test run"})
+    (wd / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (wd / "config").mkdir()
+    (wd / "config" / "schemas").symlink_to(REPO / "config" / "schemas")
+    (wd / "config" / "anchors.yaml").symlink_to(REPO / "config" / "anchors.yaml")
+    (wd / "Snakefile").write_text('configfile: "config.yaml"\n'
+                                  + "".join(f'include: "{REPO}/rules/{r}.smk"\n' for r in rules))
+
+
 def write_config(workdir: Path, cfg: dict) -> Path:
     p = workdir / "test-config.yaml"
     p.write_text(yaml.safe_dump(cfg, sort_keys=False))

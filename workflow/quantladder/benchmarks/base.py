@@ -89,6 +89,9 @@ class Benchmark:
 
     name: ClassVar[str]
     description: ClassVar[str]
+    # What the exam measures, in the words the report ranks a rung's losses by ("code", "arithmetic",
+    # "long context", ...): exams of one domain sit together there. None: the exam's own name.
+    domain: ClassVar[str | None] = None
     version: ClassVar[str]  # items and prompts: bump when a prompt or an item changes (regenerates)
     scorer_version: ClassVar[str]  # bump when a verdict changes (rescores only)
     needs_chat: ClassVar[bool] = True  # prompts go through the chat template: a base model cannot take it

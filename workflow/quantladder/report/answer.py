@@ -38,7 +38,7 @@ def _verdict_summary(rows: pd.DataFrame) -> str:
             f"comparisons); {see}")
 
 
-def _answer_columns(fam: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
+def answer_columns(fam: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
     """The headline figures of a family, one column each: (benchmark, label, rows: one per point).
 
     A headline measured at several contexts (RULER's average per length) is a column per context; a
@@ -134,7 +134,7 @@ def answer_family(fam: pd.DataFrame, family: str, plan_res: dict | None, d_card:
     pts = dv.point_table(fam)
     ref = pts[pts["is_reference"].astype(bool)]
     ref_rung = ref["rung"].iloc[0] if not ref.empty else None
-    cols = _answer_columns(fam)
+    cols = answer_columns(fam)
     shown, constant = [], []
     for b, label, rows in cols:
         (constant if _is_constant_column(rows) else shown).append((b, label, rows))

@@ -13,7 +13,7 @@ import pandas as pd
 from .. import dataset_view as dv
 from ..errors import DataError
 from ..io import atomic_path
-from . import answer, crosscard, family, figures, matrix_findings, pareto, tables
+from . import answer, crosscard, family, figures, losses, matrix_findings, pareto, tables
 from .figures import Figures
 from .markup import badge, esc
 from .pending import CSS as PENDING_CSS
@@ -52,6 +52,8 @@ ul.constants,ul.noise,ul.plan{font-size:.8rem;margin:4px 0;padding-left:1.2em}
 .verdict{display:inline-block;white-space:nowrap;padding:0 5px;border-radius:6px;font-size:.7rem;font-weight:600;border:1px solid}
 .v-loss{background:#fde4e4;color:#a11}.v-gain{background:#e7f6e7;color:#1d6b1d}.v-none{background:#f1f1f1;color:#444}
 .v-noise{background:#fff4d6;color:#8a5a00}
+.answer ol{margin:0;padding-left:1.6em}.answer li.overlap{color:#444}
+table[id^=table-losses] td:nth-child(3){min-width:12em;max-width:24em}table[id^=table-losses] td:nth-child(4){min-width:26em}
 """
 
 
@@ -100,6 +102,9 @@ LAYOUTS = {
 SECTIONS = (
     Section("answer", "the answer", "the answer", "screen",
             lambda v: answer.answer_section(v.d, v.card, v.pending), parts=(
+                Section("losesfirst", "where each rung loses first",
+                        "Where each rung loses first <small>(paired loss per domain against the reference, "
+                        "95 % intervals)</small>", "h3", lambda v: losses.losses_section(v.d)),
                 Section("recommend", "which point to run", "Which point to run, at a few memory budgets", "h3",
                         lambda v: answer.recommend_section(v.d, v.card), note=lambda v: answer.recommend_note(v.d)),
                 Section("findings", "findings (importance matrices)",

@@ -62,6 +62,7 @@ def headline_weights(categories_run: dict[str, int]) -> dict[str, float] | None:
 
 class BFCL(Benchmark):
     name = "bfcl"
+    domain = "function calling"
     description = "BFCL v4 function calling, prompting mode through the raw completion path, AST checker"
     version = PROMPT_VERSION
     scorer_version = SCORER_VERSION

@@ -33,6 +33,7 @@ class _CodeSuite(Benchmark):
     """The shared path of the code suites; the subclasses say where the items come from."""
 
     version = SUITE_VERSION
+    domain = "code"
     executes_model_code = True
     generation_settings = ("max_new_tokens", "n_ctx")
     scoring_settings = ("timeout_s", "sandbox")

@@ -52,6 +52,7 @@ metrics.declare(
 
 class Ruler(Benchmark):
     name = "ruler"
+    domain = "long context"
     description = "RULER long-context retrieval (niah, vt, cwe, fwe; qa with hub data) at lengths in the model's tokens"
     version = RULER_VERSION
     scorer_version = "ruler-score-1"

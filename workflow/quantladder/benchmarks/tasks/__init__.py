@@ -42,6 +42,7 @@ metrics.declare(
 
 class Tasks(Benchmark):
     name = "tasks"
+    domain = "your tasks"
     description = "your own task file (JSONL / CSV / Parquet): prompts and checks you wrote, no code needed"
     version = TASKS_VERSION
     scorer_version = SCORER_VERSION
