@@ -9,7 +9,6 @@ switched off here, and NLTK reads the folder the source rule pinned, the one our
 from __future__ import annotations
 
 import copy
-import sys
 from contextlib import contextmanager
 
 

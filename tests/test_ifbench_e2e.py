@@ -103,7 +103,8 @@ def test_figures_and_paired_verdicts_land_in_the_dataset(run):
         rows = {(r["metric"], r["subset"]): r for r in m["rows"]}
         n = len(verdicts)
         strict = 100.0 * sum(v["correct"] for v in verdicts) / n
-        assert rows[("prompt_strict", None)]["value"] == pytest.approx(strict) and rows[("prompt_strict", None)]["n"] == n
+        head = rows[("prompt_strict", None)]
+        assert head["value"] == pytest.approx(strict) and head["n"] == n
         k = sum(len(v["instructions"]) for v in verdicts)
         assert rows[("instruction_loose", None)]["n"] == k
         assert rows[("prompt_loose", None)]["value"] >= rows[("prompt_strict", None)]["value"]

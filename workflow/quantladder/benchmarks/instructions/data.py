@@ -75,8 +75,9 @@ def prompt_file(source: dict, where: str, cache_dir: str | None = None) -> tuple
 
         return package_file(source["package"]), {"package": source["package"], "version": version(source["package"])}
     if kind == "hf":
-        return hub_file(source["hf"], f"{where}.source", repo_type="dataset", cache_dir=cache_dir, error=DataError), \
-            {"hf": {k: source["hf"][k] for k in ("repo_id", "filename", "revision")}, "version": source["hf"]["revision"]}
+        hf = source["hf"]
+        path = hub_file(hf, f"{where}.source", repo_type="dataset", cache_dir=cache_dir, error=DataError)
+        return path, {"hf": {k: hf[k] for k in ("repo_id", "filename", "revision")}, "version": hf["revision"]}
     p = Path(source["path"]).expanduser()
     if not p.is_file():
         raise DataError(f"{where}.source.path: {p} is not a file")
@@ -145,7 +146,8 @@ def download_wheel(name: str, version: str, into: Path) -> Path:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     got = sorted(into.glob(f"{stem}*.whl"))
     if proc.returncode != 0 or not got:
-        raise DataError(f"the NLTK data for the instruction verifiers: `{' '.join(cmd)}` failed:\n{proc.stderr[-2000:]}")
+        raise DataError(f"the NLTK data for the instruction verifiers: `{' '.join(cmd)}` failed:\n"
+                        f"{proc.stderr[-2000:]}")
     return got[0]
 
 
