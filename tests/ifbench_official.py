@@ -28,18 +28,12 @@ def _offline(nltk_root: str):
         nltk.download, spacy.cli.download = saved
 
 
-def evaluation_lib(nltk_root: str):
-    with _offline(nltk_root):
-        import ifbench.evaluation_lib as lib
-
-        return lib
-
-
 def evaluate(nltk_root: str, records: list[dict], replies: dict[str, str]) -> dict[str, dict]:
     """key -> {strict: [bool per instruction], loose: [...]} as the official script decides them (its
     strict pass first, then its loose pass, as its run_eval does)."""
     with _offline(nltk_root):
-        lib = evaluation_lib(nltk_root)
+        import ifbench.evaluation_lib as lib
+
         out = {}
         for rec in records:
             inp = lib.InputExample(key=rec["key"], instruction_id_list=list(rec["instruction_id_list"]),
