@@ -27,8 +27,9 @@ def _our_table(text: str) -> dict[str, tuple[int, float, str, str]]:
 
 
 @pytest.mark.parametrize("extra", [[], ["--configfile", str(REPO / "config" / "full.yaml")],
-                                   ["--configfile", str(REPO / "config" / "examples" / "hub-qwen2.5-7b-gpu.yaml")]],
-                         ids=["default", "full", "hub-example"])
+                                   ["--configfile", str(REPO / "config" / "examples" / "hub-qwen2.5-7b-gpu.yaml")],
+                                   ["--configfile", str(REPO / "config" / "examples" / "hub-ifeval.yaml")]],
+                         ids=["default", "full", "hub-example", "hub-ifeval"])
 def test_the_dry_run_table_counts_what_snakemake_plans(tmp_path, extra):
     r = snakemake(tmp_path, "-n", *extra)
     text = r.stdout + r.stderr

@@ -14,6 +14,7 @@ from .arithmetic import Arithmetic
 from .base import Benchmark, Item, ScoringContext
 from .bfcl import BFCL
 from .code import BigCodeBenchHard, HumanEval
+from .instructions import IFBench, IFEval
 from .ruler import Ruler
 from .tasks import Tasks
 
@@ -23,7 +24,7 @@ __all__ = ["Benchmark", "Item", "ScoringContext", "names", "get", "create", "con
 # numpy) and what runs model-written code (the sandbox, the code scorer) load only when a method
 # needs them.
 _CLASSES: dict[str, type[Benchmark]] = {cls.name: cls for cls in (BFCL, HumanEval, BigCodeBenchHard, Ruler, Tasks,
-                                                                  Arithmetic)}
+                                                                  Arithmetic, IFBench, IFEval)}
 
 
 def names() -> list[str]:

@@ -60,15 +60,10 @@ class Arithmetic(Benchmark):
     item_settings = ("generated", "gsm8k", "prompt")
     generation_settings = ("max_new_tokens", "n_ctx")
     scoring_settings = ()
-    defaults = {"generated": {"seed": 1, "kinds": list(generate.KINDS), "levels": list(generate.LEVELS),
-                              "per_level": 2},
-                "gsm8k": None, "prompt": "direct", "max_new_tokens": 32, "n_ctx": 1024, "time_budget_s": None}
 
     @classmethod
     def resolve(cls, section):
-        s = super().resolve(section)
-        if s.get("generated") is not None:
-            s["generated"] = {**cls.defaults["generated"], **s["generated"]}
+        s = super().resolve(section)  # a partial `generated:` gets its other keys from the schema
         if not s.get("generated") and not s.get("gsm8k"):
             raise ConfigError("benchmarks.arithmetic: switch on `generated:` (the offline set), `gsm8k:`, or both")
         return s
