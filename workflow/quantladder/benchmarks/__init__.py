@@ -15,13 +15,14 @@ from .bfcl import BFCL
 from .code import BigCodeBenchHard, HumanEval
 from .ruler import Ruler
 from .tasks import Tasks
+from .traffic import Traffic
 
 __all__ = ["Benchmark", "Item", "ScoringContext", "names", "get", "create", "configured"]
 
 # Importing the exams declares their metrics; their heavy dependencies (llama.cpp, tree-sitter,
 # numpy) and what runs model-written code (the sandbox, the code scorer) load only when a method
 # needs them.
-_CLASSES: dict[str, type[Benchmark]] = {cls.name: cls for cls in (BFCL, HumanEval, BigCodeBenchHard, Ruler, Tasks)}
+_CLASSES: dict[str, type[Benchmark]] = {cls.name: cls for cls in (BFCL, HumanEval, BigCodeBenchHard, Ruler, Tasks, Traffic)}
 
 
 def names() -> list[str]:
