@@ -1,7 +1,7 @@
 """Your traffic: conversations without labels, as a benchmark (docs/your-tasks.md, "Your traffic").
 
 Items are the conversations of a traffic file (``trafficfile``), prompted through the GGUF's chat
-template (a base model: the raw completion path, as the task file does). There is no answer to
+template (a base model, which has none, does not take them). There is no answer to
 check, so what a rung changes is measured against the reference rung on the same conversations:
 byte-identical replies and verdict flips (the aggregate, as for every exam), and per point the
 fidelity rule (quantladder.fidelity): where the first differing token falls, the change in reply
@@ -44,8 +44,7 @@ class Traffic(Benchmark):
     description = "your conversations (chat-messages JSONL, no labels): what a rung changes against the reference"
     version = TRAFFIC_VERSION
     scorer_version = SCORER_VERSION
-    needs_chat = False  # a base model takes the raw completion path
-    per_family_items = True  # the family's `chat` decides chat template or raw completion
+    needs_chat = True  # conversations go through the chat template: a base model does not take them
     item_settings = ("source", "format", "limit", "part", "split")
     generation_settings = ("max_new_tokens", "n_ctx")
     defaults = {"source": None, "format": "auto", "limit": None, "part": "all",
@@ -93,10 +92,9 @@ class Traffic(Benchmark):
 
     def build_items(self, source, *, reference_gguf=None, family=None, threads=1, log=None):
         tf = self._read(source["path"])
-        chat = bool((family or {}).get("chat", True))
-        items = [Item(id=c.id, subset=c.subset, data={"prompt": [dict(m) for m in c.prompt], "chat": chat},
+        items = [Item(id=c.id, subset=c.subset, data={"prompt": [dict(m) for m in c.prompt]},
                       answer={"logged": c.logged}) for c in tf.items]
-        return items, {"chat": chat, "prompts_sha256": tf.prompts_sha256,
+        return items, {"prompts_sha256": tf.prompts_sha256,
                        "logged_replies": sum(c.logged is not None for c in tf.items)}
 
     def drive(self, item, engine, env):
