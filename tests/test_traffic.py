@@ -157,6 +157,7 @@ def test_teacher_forced_kld_on_replies_equals_a_perplexity_pass(smollm_f16, smol
         F.teacher_pass(str(smollm_q2k), records[:2], threads=2, n_batch=PROTO.n_batch, reference=reader)
 
 
+@pytest.mark.slow
 def test_ragged_replies_and_logged_turns_on_the_real_model(smollm_f16, smollm_q2k, tmp_path):
     """Replies of different lengths, one longer than n_batch (decoded in pieces), logged turns: the
     reference rung against its own store scores ~0, a low rung more, every reply token counted."""
