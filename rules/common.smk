@@ -503,5 +503,6 @@ def get_reference_generations(wildcards):
 def get_fidelity_spec(wildcards):
     """What changes the fidelity figures besides their input files: the pass's batch size."""
     return json.dumps(
-        {"n_batch": int((config.get("fidelity") or {}).get("n_batch", 2048))}, sort_keys=True
+        {"n_batch": int((config.get("fidelity") or {}).get("n_batch", 2048))},
+        sort_keys=True,
     )
