@@ -496,3 +496,23 @@ def score_inputs(wildcards):
         **_task_data(w),
         "env": get_scoring_env(w),
     }
+
+
+# -- teacher-forced fidelity of task points (rules/fidelity.smk) -------------------------------
+
+
+def get_reference_generations(wildcards):
+    """The replies every point of a family is forced through: the reference rung's, at the family's
+    first KV type (the point the aggregate compares the others with)."""
+    w = wildcards
+    ref = qconfig.reference_rung(config, w.family)
+    kv = qconfig.kv_types(config, w.family)[0]
+    return f"results/{w.card}/points/{w.family}/{ref}/{kv}/{w.task}/generations.jsonl"
+
+
+def get_fidelity_spec(wildcards):
+    """What changes the fidelity figures besides their input files: the pass's batch size."""
+    return json.dumps(
+        {"n_batch": int((config.get("fidelity") or {}).get("n_batch", 2048))},
+        sort_keys=True,
+    )

@@ -32,6 +32,7 @@ from . import dataset, deltas, metrics
 from .errors import CardMismatchError
 from .flips import flip_metric_rows, flips, generation_hash_value, identical, share
 from .io import GENERATIONS, VERDICTS, JsonlFile, read_json
+from .targets import FIDELITY
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,8 @@ class Point:
         self.series = (man.get("keys") or {}).get("series", "points")
         self.fingerprint = (man.get("card") or {}).get("fingerprint")
         self.card_identity = man.get("card") or {}
+        # a task point's fidelity rows (measures.fidelity): the benchmark's figures, not its verdicts
+        self.fidelity = self.path.parent.name.startswith(FIDELITY)
 
     @property
     def key(self) -> tuple:
@@ -95,7 +98,7 @@ def collect(metrics_paths: list[str]) -> list[dict]:
             rows.extend(dataset.rows_from_point(p.path))
     rows.extend(comparison_rows(points))
     # the paired columns of every paired figure, and the items each comparison needs (quantladder.deltas)
-    rows.extend(deltas.fill(rows, points, reference_of))
+    rows.extend(deltas.fill(rows, [p for p in points if not p.fidelity], reference_of))
     rows.extend(generation_hash_rows(points))
     return rows
 

@@ -41,6 +41,7 @@ NO_PUBLISHED_ANCHOR = {
              "checked by benchmarks/speed_parity.py",
     "memory": "memory is computed and measured, not scored: no anchor",
     "energy": "energy is measured, not scored: no anchor",
+    "traffic": "your traffic has no labels and no published score: each rung is compared with the reference rung",
 }
 
 

@@ -48,6 +48,8 @@ import numpy as np
 # from there rather than copied (its modules import nothing that reads corpora).
 from .benchmarks.code import data as code_data
 from .benchmarks.code import prompts as code_prompts
+from .benchmarks.tasks.taskfile import resolve_path
+from .benchmarks.traffic import trafficfile  # a traffic file's calibration part (its own reader)
 from .errors import ConfigError, DataError
 from .corpus_names import NAME_RE, is_chat, parse_name  # noqa: F401 (the corpus's API)
 from .models import locate_package_file, resolve_source
@@ -300,6 +302,18 @@ def _debian_reference(spec: dict, sel: dict | None) -> Corpus:
                                                       "documents": len(texts)})
 
 
+def _traffic(spec: dict) -> Corpus:
+    """One part of a traffic file's split by conversation id (``calib`` to calibrate an importance
+    matrix, ``eval`` to measure on), as plain text: the benchmark's own split (benchmarks.traffic),
+    so the part a matrix saw and the part a rung is evaluated on are disjoint by construction."""
+    share, seed = float(spec.get("calibration_share", 0.5)), str(spec.get("seed", "traffic"))
+    tf = trafficfile.read(resolve_path(spec["path"]), spec.get("format", "auto"), part=spec.get("part", "all"),
+                          calibration_share=share, seed=seed)
+    return Corpus(trafficfile.text_of(tf), record={"source": "traffic", "path": str(tf.path), "part": spec.get("part", "all"),
+                                                   "calibration_share": share, "seed": seed,
+                                                   "conversations": [c.id for c in tf.items]})
+
+
 # -- materialize -------------------------------------------------------------------------------
 def build(source: dict) -> Corpus:
     """The corpus a source spec names (config ``corpora.<name>``)."""
@@ -332,12 +346,14 @@ def build(source: dict) -> Corpus:
         raise ConfigError(f"corpus builtin {builtin!r}: one of {list(BUILTINS)}")
     if "debian_reference" in source:
         return _debian_reference(source["debian_reference"], sel)
+    if "traffic" in source:
+        return _traffic(source["traffic"])
     return Corpus(materialize(source), record={"source": {k: v for k, v in source.items() if k != "sha256"}})
 
 
 def materialize(source: dict) -> str:
     """The text of a corpus source (for a chat corpus: its conversations, one JSON line each)."""
-    if source.get("builtin") or "debian_reference" in source:
+    if source.get("builtin") or "debian_reference" in source or "traffic" in source:
         return build(source).text
     fmt = source.get("format", "text")
     if "package" in source:

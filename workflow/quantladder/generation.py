@@ -232,7 +232,8 @@ class Loop:
     def _run_wave(self, engine, wave: Wave, have: dict, progress: Progress, group: dict) -> int:
         """Generate a whole wave (batch mates must be the planned ones); keep new records, compare
         replayed ones. Returns the number of replayed items whose reply differs from the stored one."""
-        drivers = [self.bench.drive(it, engine, self.env) for it in wave.items]
+        last: dict[int, tuple] = {}
+        drivers = [_keep_last(self.bench.drive(it, engine, self.env), last, i) for i, it in enumerate(wave.items)]
         mismatches = 0
 
         def on_finish(i: int, rec: dict) -> None:
@@ -243,6 +244,8 @@ class Loop:
                                                              rec.get("finish_reason")))
             rec.update({"item_id": it.id, "item_sha": item_sha(it), "key": self.key, "wave": wave.key,
                         "subset": it.subset, "n_ctx": wave.n_ctx})
+            if i in last:  # the last request's tokens: the teacher-forced fidelity pass replays them
+                rec["prompt_ids"], rec["reply_ids"] = last[i]
             old = self._lookup(have, wave, it)
             if old is not None:
                 if any(old.get(f) != rec.get(f) for f in RECORD_FIELDS):
@@ -262,6 +265,22 @@ class Loop:
         for k in ("kept_tokens", "cached_tokens"):
             group[k] += int(engine.last_run.get(k, 0))
         return mismatches
+
+
+def _keep_last(driver, last: dict, i: int):
+    """The driver, passing its requests and generations through; keeps its last request's prompt
+    and reply token ids in ``last[i]`` (an item's reply is its last request's)."""
+    try:
+        req = next(driver)
+    except StopIteration as stop:  # an item that needs no request
+        return stop.value
+    while True:
+        gen = yield req
+        last[i] = (list(req.prompt), list(gen.tokens))
+        try:
+            req = driver.send(gen)
+        except StopIteration as stop:
+            return stop.value
 
 
 def write_outputs(result: Result, generations_path: str | os.PathLike, meta_path: str | os.PathLike,

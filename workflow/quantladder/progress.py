@@ -23,9 +23,10 @@ from .measures import perplexity as qppl
 GUESS_S = {
     "reference_rung": 10, "quantize": 15, "imatrix": 60, "reference_logits": 15, "perplexity": 15,
     "perplexity_point": 1, "tool_anchor_gate": 60, "speed": 30, "memory": 10, "energy": 30, "generate": 120, "score": 10,
+    "reply_logits": 10, "fidelity": 10,
 }
 # Where a job runs: generation and the timed measures want the accelerator of a GPU node.
-GPU_RULES = {"generate", "speed", "energy", "perplexity", "reference_logits", "imatrix"}
+GPU_RULES = {"generate", "speed", "energy", "perplexity", "reference_logits", "imatrix", "reply_logits", "fidelity"}
 
 
 def price(rule: str, kind: str, seen: dict) -> tuple[float, str]:
@@ -76,6 +77,10 @@ def jobs_left(cfg: dict, card: str, root: str | Path = ".") -> list[tuple[str, s
         elif t.measure in task_names:
             once(f"{point}/generations.json", ("generate", t.measure))
             jobs.append(("score", t.measure))
+        elif t.measure.startswith(targets.FIDELITY):
+            task = t.measure[len(targets.FIDELITY):]
+            once(f"results/{card}/reference_logits/{t.family}/replies-{task}.qlogits", ("reply_logits", task))
+            jobs.append(("fidelity", task))
         else:
             jobs.append((t.measure, t.family))
     return jobs

@@ -12,6 +12,9 @@ from typing import NamedTuple
 from . import config as qconfig
 
 POINT_METRICS = "results/{card}/{series}/{family}/{rung}/{kv}/{measure}/metrics.json"
+# A task point's teacher-forced fidelity rows (quantladder.measures.fidelity) sit beside its
+# benchmark's directory, as the measure `fidelity-<task>` (a hyphen: no measure or task is named so).
+FIDELITY = "fidelity-"
 
 
 class Target(NamedTuple):
@@ -49,6 +52,21 @@ def point_measures(cfg: dict, family: str, rung: str) -> list[str]:
     return out
 
 
+def fidelity_tasks(cfg: dict) -> list[str]:
+    """The enabled task benchmarks whose points get teacher-forced fidelity rows (``fidelity.benchmarks``)."""
+    listed = (cfg.get("fidelity") or {}).get("benchmarks", ["traffic"])
+    return [t for t in tasks(cfg) if t in listed]
+
+
+def fidelity_measures(cfg: dict, family: str, rung: str, kv: str) -> list[str]:
+    """A task point's fidelity measures: every point of a listed benchmark but the one it is
+    measured against (the reference rung at the family's first KV type)."""
+    if rung == qconfig.reference_rung(cfg, family) and kv == qconfig.kv_types(cfg, family)[0]:
+        return []
+    return [FIDELITY + t for t in fidelity_tasks(cfg)
+            if qconfig.runs_tasks(cfg, family, rung) and qconfig.task_runs_for(cfg, t, family)]
+
+
 def planned(cfg: dict, card: str, family: str | None = None) -> list[Target]:
     """Every metrics file the config plans on a card (one family's, if named): the ladder's points,
     then the noise series (the reference rung, first KV type, every task benchmark)."""
@@ -56,6 +74,9 @@ def planned(cfg: dict, card: str, family: str | None = None) -> list[Target]:
     out = [Target(card, "points", fam, rung, kv, m)
            for fam in fams for rung in qconfig.rungs(cfg, fam) for kv in qconfig.kv_types(cfg, fam)
            for m in point_measures(cfg, fam, rung)]
+    out += [Target(card, "points", fam, rung, kv, m)
+            for fam in fams for rung in qconfig.rungs(cfg, fam) for kv in qconfig.kv_types(cfg, fam)
+            for m in fidelity_measures(cfg, fam, rung, kv)]
     if qconfig.noise_floor_enabled(cfg):
         for fam in fams:
             rung, kv = qconfig.reference_rung(cfg, fam), qconfig.kv_types(cfg, fam)[0]

@@ -17,6 +17,7 @@ from .code import BigCodeBenchHard, HumanEval
 from .instructions import IFBench, IFEval
 from .ruler import Ruler
 from .tasks import Tasks
+from .traffic import Traffic
 
 __all__ = ["Benchmark", "Item", "ScoringContext", "names", "get", "create", "configured"]
 
@@ -24,7 +25,7 @@ __all__ = ["Benchmark", "Item", "ScoringContext", "names", "get", "create", "con
 # numpy) and what runs model-written code (the sandbox, the code scorer) load only when a method
 # needs them.
 _CLASSES: dict[str, type[Benchmark]] = {cls.name: cls for cls in (BFCL, HumanEval, BigCodeBenchHard, Ruler, Tasks,
-                                                                  Arithmetic, IFBench, IFEval)}
+                                                                  Arithmetic, IFBench, IFEval, Traffic)}
 
 
 def names() -> list[str]:

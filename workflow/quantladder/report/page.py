@@ -13,7 +13,7 @@ import pandas as pd
 from .. import dataset_view as dv
 from ..errors import DataError
 from ..io import atomic_path
-from . import answer, crosscard, family, figures, losses, matrix_findings, pareto, tables
+from . import answer, crosscard, family, fidelity, figures, losses, matrix_findings, pareto, tables
 from .figures import Figures
 from .markup import badge, esc
 from .pending import CSS as PENDING_CSS
@@ -117,6 +117,8 @@ SECTIONS = (
     Section("anchors", "anchor status", "Anchor status per benchmark", "h2", lambda v: tables.status_section(v.d)),
     Section("flips", "flips and the noise floor", "Flips against the reference rung, beside the noise floor", "h2",
             lambda v: tables.flips_section(v.d, v.card)),
+    Section("fidelity", "teacher-forced fidelity", "Teacher-forced fidelity beside the exams", "h2",
+            lambda v: fidelity.fidelity_section(v.d, v.card)),
     Section("overview", "every family, one plot per headline",
             "Every family: one plot per headline figure (this card only)", "plots",
             lambda v: figures.overview_section(v.F, v.d, v.card)),

@@ -86,7 +86,7 @@ def format_of(path: Path, fmt: str = "auto") -> str:
                     "set benchmarks.tasks.format")
 
 
-def _rows(path: Path, fmt: str):
+def records(path: Path, fmt: str):
     """(where, record) per item, in file order; blank JSONL lines are skipped."""
     if fmt == "parquet":
         import pyarrow.parquet as pq
@@ -193,7 +193,7 @@ def read(path: str | Path, fmt: str = "auto", limit: int | None = None) -> TaskF
     fmt = format_of(path, fmt)
     items: list[TaskItem] = []
     seen: dict[str, str] = {}
-    for where, rec in _rows(path, fmt):
+    for where, rec in records(path, fmt):
         it = parse_item(where, rec, path.parent)
         if it.id in seen:
             raise DataError(f"{where}: field 'id': {it.id!r} is a duplicate (first at {seen[it.id]})")

@@ -21,7 +21,7 @@ from ...io import hash_obj, read_json, sha256_bytes, sha256_file, verify_sha256,
 from ..memory import peak_rss_bytes
 from .passes import Protocol, n_chunks, pass_config, pass_name, pass_settings, protocol
 from .stats import metric_rows, overlap_rows, summarize
-from .store import LOG_PROB_FLOOR, Checkpoint, ReferenceReader, ReferenceWriter, checkpoint_path, quantize_rows
+from .store import LOG_PROB_FLOOR, Checkpoint, Layout, ReferenceReader, ReferenceWriter, checkpoint_path, quantize_rows
 
 log = logging.getLogger(__name__)
 
@@ -50,35 +50,61 @@ def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = 
     `parse_special` tokenizes special-token text (a chat template's markers) as the special tokens
     it names; llama-perplexity never does (its corpora are plain text).
     """
-    t_start = time.perf_counter()
     tokens = ctx.tokenize(text, add_special=True, parse_special=parse_special)
     n_chunk = n_chunks(len(tokens), proto)
-    first, rows, n_ctx = proto.first, proto.rows_per_chunk, proto.n_ctx
-    used = tokens[: n_chunk * n_ctx].copy()
-    tokens_sha256 = sha256_bytes(used.astype("<i4").tobytes())
+    used = tokens[: n_chunk * proto.n_ctx].copy()
     if reference is not None:
         reference.check_compatible(used, ctx.n_vocab, proto, n_chunk)
+    header = {"n_ctx": proto.n_ctx, "first": proto.first, "rows_per_chunk": proto.rows_per_chunk,
+              "n_chunks": n_chunk, **(ref_header or {})}
+    out = run_layout(ctx, used, Layout.fixed(n_chunk, proto), n_batch=proto.n_batch, n_seq=proto.n_seq,
+                     bos_first=ctx.add_bos, reference=reference, write_reference=write_reference, ref_header=header,
+                     progress_every=progress_every, deadline=deadline, checkpoint=checkpoint, resume_key=resume_key)
+    out["n_tokens_corpus"] = int(len(tokens))
+    return out
+
+
+def groups(layout: Layout, n_batch: int, n_seq: int) -> list[range]:
+    """Sequences decoded together: consecutive ones, at most ``n_seq`` and ``n_batch`` tokens in all
+    (the protocol's chunk groups: n_batch // n_ctx chunks); a longer sequence alone, in pieces."""
+    out, c = [], 0
+    while c < layout.n_seqs:
+        end, total = c + 1, layout.lengths[c]
+        while end < layout.n_seqs and end - c < n_seq and total + layout.lengths[end] <= n_batch:
+            total += layout.lengths[end]
+            end += 1
+        out.append(range(c, end))
+        c = end
+    return out
+
+
+def run_layout(ctx, used: np.ndarray, layout: Layout, *, n_batch: int, n_seq: int, bos_first: bool = False,
+               reference: ReferenceReader | None = None, write_reference: str | os.PathLike | None = None,
+               ref_header: dict | None = None, progress_every: int = 10, deadline: float | None = None,
+               checkpoint: str | os.PathLike | None = None, resume_key: str = "") -> dict:
+    """The pass itself, over any layout (store.Layout): the protocol's chunks of a corpus, or
+    teacher-forced prompt + reply sequences. ``used``: the layout's tokens end to end; with
+    ``bos_first`` the first token of each sequence is decoded as BOS (llama-perplexity's chunks).
+    The context needs ``n_seq`` sequences of the longest sequence's cells (``n_batch`` tokens at most
+    per decode call)."""
+    t_start = time.perf_counter()
+    rows_total = layout.n_rows
+    tokens_sha256 = sha256_bytes(used.astype("<i4").tobytes())
     writer = None
     if write_reference:
-        header = {"n_vocab": ctx.n_vocab, "n_ctx": n_ctx, "first": first, "rows_per_chunk": rows,
-                  "n_chunks": n_chunk, "tokens_sha256": tokens_sha256,
-                  "log_prob_floor": LOG_PROB_FLOOR, **(ref_header or {})}
+        header = {"n_vocab": ctx.n_vocab, "tokens_sha256": tokens_sha256, "log_prob_floor": LOG_PROB_FLOOR,
+                  **({} if "n_ctx" in (ref_header or {}) else layout.header()), **(ref_header or {})}
         writer = ReferenceWriter(write_reference, header, used, resumable=checkpoint is not None)
-        log.info("reference-logit store %s: %.1f MiB (%d chunks x %d rows x %d vocab, uint16)", write_reference,
-                 writer.predicted_bytes / 2**20, n_chunk, rows, ctx.n_vocab)
-    nll = np.empty(n_chunk * rows, dtype=np.float64)
+        log.info("reference-logit store %s: %.1f MiB (%d sequences, %d rows x %d vocab, uint16)", write_reference,
+                 writer.predicted_bytes / 2**20, layout.n_seqs, rows_total, ctx.n_vocab)
+    nll = np.empty(rows_total, dtype=np.float64)
     out = {"nll": nll}
     if reference is not None:
         out.update(nll_base=np.empty_like(nll), kld=np.empty_like(nll), dp=np.empty_like(nll),
                    same_top=np.empty(len(nll), dtype=bool))
-    add_bos = ctx.add_bos
     bos = ctx.bos
-    n_seq = proto.n_seq
-    piece = proto.piece
-    chunk_pos = np.arange(n_ctx, dtype=np.int32)
-    scored_mask = (chunk_pos >= first).astype(np.int8)  # llama-perplexity asks logits from `first` on
-    done = 0
-    chunk_s = 0.0  # the slowest chunk group so far: the next must fit before the deadline
+    plan = groups(layout, n_batch, n_seq)
+    chunk_s = 0.0  # the slowest group so far: the next must fit before the deadline
     ok = False
     ckpt = None
     start = 0
@@ -86,60 +112,70 @@ def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = 
         fields = [("nll", "<f8")]
         if reference is not None:
             fields += [("nll_base", "<f8"), ("kld", "<f8"), ("dp", "<f8"), ("same_top", "|b1")]
-        identity = {"key": resume_key, "tokens_sha256": tokens_sha256,
-                    "n_chunk": n_chunk, "n_ctx": n_ctx, "n_batch": proto.n_batch, "n_vocab": ctx.n_vocab,
+        identity = {"key": resume_key, "tokens_sha256": tokens_sha256, "layout": layout.header(),
+                    "n_batch": n_batch, "n_vocab": ctx.n_vocab,
                     "reference": reference.header if reference is not None else None,
                     "writes_reference": writer is not None}
-        ckpt = Checkpoint(checkpoint, identity, fields, rows)
+        ckpt = Checkpoint(checkpoint, identity, fields, layout)
         start = ckpt.load(out)
         if writer is not None:
             start = min(start, writer.chunks_on_disk())
-        start -= start % n_seq  # resume on a group boundary: the same chunks decoded together
+        start = max((g.start for g in plan if g.start <= start), default=0)  # the same sequences decoded together
         if start:
-            log.info("resuming the pass at chunk %d/%d from %s", start, n_chunk, checkpoint)
+            log.info("resuming the pass at chunk %d/%d from %s", start, layout.n_seqs, checkpoint)
         ckpt.open(start)
     if writer is not None:
         writer.open(start)
-    scorer = _Scorer(used, proto, out, reference, writer, n_threads=getattr(ctx, "n_threads", 0))
+    scorer = _Scorer(used, layout, out, reference, writer, n_threads=getattr(ctx, "n_threads", 0))
     try:
-        for c0 in range(start, n_chunk, n_seq):
+        for gi, g in enumerate(plan):
+            if g.start < start:
+                continue
             if deadline is not None and time.time() + chunk_s > deadline:
-                kept = (f"the {c0} chunks done are kept in {checkpoint} and the rerun resumes there"
+                kept = (f"the {g.start} chunks done are kept in {checkpoint} and the rerun resumes there"
                         if ckpt is not None else "nothing is kept; rerun with a larger runtime")
-                raise BudgetReached(f"budget reached: perplexity pass stopped before chunk {c0}/{n_chunk} "
+                raise BudgetReached(f"budget reached: perplexity pass stopped before chunk {g.start}/{layout.n_seqs} "
                                     f"(the job's runtime would be exceeded); {kept}")
             t_chunk = time.perf_counter()
-            ns = min(n_seq, n_chunk - c0)
             ctx.clear()
-            # llama-perplexity decodes a chunk in n_batch pieces when n_ctx > n_batch; each piece's
-            # rows are scored here before the next decode overwrites the logits
-            for p0 in range(0, n_ctx, piece):
-                p1 = min(n_ctx, p0 + piece)
-                toks, pos, seqs, mask = [], [], [], []
-                for s in range(ns):
-                    base = (c0 + s) * n_ctx
+            # a sequence longer than n_batch is decoded in n_batch pieces (llama-perplexity's long
+            # chunks); each piece's rows are scored before the next decode overwrites the logits
+            longest = max(layout.lengths[c] for c in g)
+            piece = longest if len(g) > 1 else min(longest, n_batch)
+            for p0 in range(0, longest, piece):
+                toks, pos, seqs, mask, spans = [], [], [], [], []
+                n_out = 0
+                for s, c in enumerate(g):
+                    n, first = layout.lengths[c], layout.firsts[c]
+                    p1 = min(n, p0 + piece)
+                    if p1 <= p0:
+                        continue
+                    base = layout.tok_start[c]
                     t = used[base + p0: base + p1].copy()
-                    if add_bos and p0 == 0:
+                    if bos_first and p0 == 0:
                         t[0] = bos
+                    at = np.arange(p0, p1, dtype=np.int32)
                     toks.append(t)
-                    pos.append(chunk_pos[p0:p1])
+                    pos.append(at)
                     seqs.append(np.full(p1 - p0, s, dtype=np.int32))
-                    mask.append(scored_mask[p0:p1])
-                n_out = ctx.decode(np.concatenate(toks), np.concatenate(pos), np.concatenate(seqs),
-                                   np.concatenate(mask))
-                lo = max(p0, first)
-                r0, r1 = lo - first, min(p1 - first, rows)  # position n_ctx-1 predicts nothing
-                if r1 > r0:
-                    scorer.score_piece(ctx.logits(n_out), c0, ns, r0, r1, per_seq=p1 - lo)
+                    mask.append((at >= first).astype(np.int8))  # logits from `first` on, as llama-perplexity asks
+                    lo = max(p0, first)
+                    r0, r1 = lo - first, min(p1 - first, layout.rows(c))  # the last position predicts nothing
+                    if r1 > r0:
+                        spans.append((c, r0, r1, n_out))
+                    n_out += max(0, p1 - lo)
+                got = ctx.decode(np.concatenate(toks), np.concatenate(pos), np.concatenate(seqs), np.concatenate(mask))
+                if spans:
+                    scorer.score_spans(ctx.logits(got), spans)
             if ckpt is not None:
                 if writer is not None:
                     writer.flush()  # the store first: on resume the shorter of the two decides
-                ckpt.append(c0, ns, out)
-            done = c0 + ns
+                ckpt.append(g.start, len(g), out)
+            done = g.stop
             chunk_s = max(chunk_s, time.perf_counter() - t_chunk)
-            if progress_every and (done // n_seq) % max(1, progress_every // n_seq) == 0:
-                so_far = nll[: done * rows]
-                log.info("[%d/%d chunks] PPL so far %.4f (%.1f s)", done, n_chunk,
+            if progress_every and gi % max(1, progress_every // max(1, len(g))) == 0:
+                so_far = nll[: layout.row_start[done]]
+                log.info("[%d/%d chunks] PPL so far %.4f (%.1f s)", done, layout.n_seqs,
                          math.exp(so_far.mean()), time.perf_counter() - t_start)
         ok = True
     finally:
@@ -148,8 +184,7 @@ def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = 
             writer.close(ok=ok)
         if ckpt is not None:
             ckpt.close(discard=ok)
-    out["n_chunks"] = n_chunk
-    out["n_tokens_corpus"] = int(len(tokens))
+    out["n_chunks"] = layout.n_seqs
     out["seconds"] = time.perf_counter() - t_start
     out["tokens_sha256"] = tokens_sha256
     out["tokens"] = used
@@ -167,14 +202,15 @@ class _Scorer:
     bit-identical to a whole-chunk computation: every row is computed by the same operations.
     """
 
-    def __init__(self, tokens, proto: Protocol, out: dict, reference, writer, *, n_threads: int = 0,
+    def __init__(self, tokens, layout: Layout | Protocol, out: dict, reference, writer, *, n_threads: int = 0,
                  block_bytes: int = 2 << 20):
-        self.tokens, self.proto, self.out = tokens, proto, out
+        if isinstance(layout, Protocol):  # whole chunks of the protocol, as many as the tokens hold
+            layout = Layout.fixed(len(tokens) // layout.n_ctx, layout)
+        self.tokens, self.layout, self.out = tokens, layout, out
         self.reference, self.writer = reference, writer
         self.n_threads = max(1, n_threads or len(os.sched_getaffinity(0)))
         self.block_bytes = block_bytes
         self.pool = ThreadPoolExecutor(self.n_threads) if self.n_threads > 1 else None
-        self._q = self._meta = None
 
     def close(self) -> None:
         if self.pool is not None:
@@ -183,26 +219,22 @@ class _Scorer:
 
     def score_group(self, all_logits: np.ndarray, c0: int, ns: int, per_seq: int) -> None:
         """Every scored row of `ns` whole chunks decoded together (per_seq output rows each)."""
-        self.score_piece(all_logits, c0, ns, 0, self.proto.rows_per_chunk, per_seq)
+        self.score_spans(all_logits, [(c0 + s, 0, self.layout.rows(c0 + s), s * per_seq) for s in range(ns)])
 
-    def score_piece(self, all_logits: np.ndarray, c0: int, ns: int, r0: int, r1: int, per_seq: int) -> None:
-        """Rows r0..r1 of chunks c0..c0+ns-1: `all_logits` holds `per_seq` output rows per sequence
-        (sequence after sequence), the first r1 - r0 of which are scored."""
-        n_ctx, first = self.proto.n_ctx, self.proto.first
-        n = r1 - r0
+    def score_spans(self, all_logits: np.ndarray, spans: list[tuple[int, int, int, int]]) -> None:
+        """Rows r0..r1 of sequence c for each span (c, r0, r1, at): `all_logits` holds them from row `at`."""
         n_vocab = all_logits.shape[1]
-        block = max(1, min(n, self.block_bytes // (4 * n_vocab)))
-        if self.writer is not None and (self._q is None or self._q.shape != (ns, n, n_vocab)):
-            self._q = np.empty((ns, n, n_vocab), dtype="<u2")
-            self._meta = np.empty((ns, n, 2), dtype="<f4")
-        jobs = []
-        for s in range(ns):
-            c = c0 + s
-            lg = all_logits[s * per_seq: s * per_seq + n]
-            target = self.tokens[c * n_ctx + first + 1 + r0: c * n_ctx + first + 1 + r1]
+        jobs, q = [], {}
+        for c, r0, r1, at in spans:
+            n = r1 - r0
+            block = max(1, min(n, self.block_bytes // (4 * n_vocab)))
+            lg = all_logits[at: at + n]
+            target = self.layout.targets(self.tokens, c, r0, r1)
             ref = self.reference.rows_of(c, r0, r1) if self.reference is not None else None
+            if self.writer is not None:
+                q[c] = (np.empty((n, 2), dtype="<f4"), np.empty((n, n_vocab), dtype="<u2"))
             for b0 in range(0, n, block):
-                jobs.append((s, c, r0, lg, target, ref, b0, min(n, b0 + block)))
+                jobs.append((c, r0, lg, target, ref, q.get(c), b0, min(n, b0 + block)))
         if self.pool is None:
             for j in jobs:
                 self._block(*j)
@@ -210,22 +242,22 @@ class _Scorer:
             for f in [self.pool.submit(self._block, *j) for j in jobs]:
                 f.result()
         if self.writer is not None:
-            for s in range(ns):
-                self.writer.add_rows(c0 + s, r0, self._meta[s], self._q[s])
+            for c, r0, _, _ in spans:
+                self.writer.add_rows(c, r0, *q[c])
 
-    def _block(self, s, c, r0, lg, target, ref, b0, b1) -> None:
+    def _block(self, c, r0, lg, target, ref, q, b0, b1) -> None:
         x = lg[b0:b1]
         t = target[b0:b1]
         idx = np.arange(b1 - b0)
-        base = c * self.proto.rows_per_chunk + r0
+        base = self.layout.row_start[c] + r0
         sl = slice(base + b0, base + b1)
         m, lse = log_softmax_rows(x)
         self.out["nll"][sl] = lse - x[idx, t]
-        if self.writer is not None:
-            self._meta[s, b0:b1], self._q[s, b0:b1] = quantize_rows(x, m, lse)
+        if q is not None:
+            q[0][b0:b1], q[1][b0:b1] = quantize_rows(x, m, lse)
         if ref is not None:
-            meta, q = ref
-            _kld_rows(x, lse, t, meta[b0:b1], q[b0:b1], self.out, sl)
+            meta, qr = ref
+            _kld_rows(x, lse, t, meta[b0:b1], qr[b0:b1], self.out, sl)
 
 
 def _kld_rows(lg, lse, target, meta, q, out, sl) -> None:
