@@ -12,6 +12,7 @@ import difflib
 from ..errors import ConfigError
 from .base import Benchmark, Item, ScoringContext
 from .bfcl import BFCL
+from .bfcl_haystack import BFCLHaystack
 from .code import BigCodeBenchHard, HumanEval
 from .ruler import Ruler
 from .tasks import Tasks
@@ -21,7 +22,8 @@ __all__ = ["Benchmark", "Item", "ScoringContext", "names", "get", "create", "con
 # Importing the exams declares their metrics; their heavy dependencies (llama.cpp, tree-sitter,
 # numpy) and what runs model-written code (the sandbox, the code scorer) load only when a method
 # needs them.
-_CLASSES: dict[str, type[Benchmark]] = {cls.name: cls for cls in (BFCL, HumanEval, BigCodeBenchHard, Ruler, Tasks)}
+_CLASSES: dict[str, type[Benchmark]] = {cls.name: cls for cls in (BFCL, BFCLHaystack, HumanEval, BigCodeBenchHard, Ruler,
+                                                                 Tasks)}
 
 
 def names() -> list[str]:
