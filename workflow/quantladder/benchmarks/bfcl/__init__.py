@@ -37,7 +37,8 @@ metrics.declare(
            "the headline: the unweighted mean of BFCL's non-live and live AST accuracies, each as BFCL weighs "
            "it (docs/bfcl.md). bfcl_haystack: per category and per length (n_ctx); the row without a subset "
            "at a length is the mean over that length's items", ("bfcl", "bfcl_haystack"), higher_is_better=True,
-           stderr="se", headline_for=("bfcl", "bfcl_haystack"), score_for=("bfcl",), paired="items"),
+           stderr="se", headline_for=("bfcl", "bfcl_haystack"), score_for=("bfcl", "bfcl_haystack"),
+           paired="items"),
     Metric("parse_failure_rate", "%", "share of answers that do not decode as calls (irrelevance excepted)",
            ("bfcl", "bfcl_haystack"), higher_is_better=False, stderr="se"),
 )
