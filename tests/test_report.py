@@ -577,3 +577,28 @@ def test_findings_without_pairs_say_so(page):
     # every family section has its rungs table, and neither chat family is called a base model
     assert b.js("return document.querySelectorAll('table[id^=table-rungs-]').length") == 2
     assert b.js("return document.querySelectorAll('p.base-model').length") == 0
+
+
+def test_long_context_section_draws_scores_and_flips_against_the_length(page, fixture_dataset):
+    """RULER ran at 4K and 32K: per family, its average and each task's score against the length, one
+    line per rung and KV type, and the flip rate per length (counted by the aggregate from the verdicts)
+    beside the noise floor; the generate jobs' memory beside weights + n_parallel × KV."""
+    b, _ = page
+    figs = b.js("""return [...document.querySelectorAll('figure[data-kind=longctx]')].map(f => [f.dataset.benchmark,
+        f.querySelector('svg').getAttribute('aria-label'), f.querySelector('svg').getBoundingClientRect().width])""")
+    labels = {f[1] for f in figs}
+    assert {"big · ruler · score_avg", "big · ruler · score · vt", "big · ruler · score · niah_single_1",
+            "big · ruler · flips against the reference"} <= labels
+    assert all(f[0] == "ruler" and f[2] > 200 for f in figs)
+    df = dv.load(fixture_dataset)
+    per_len = df[(df["metric"] == "flip_rate") & df["n_ctx"].notna() & df["subset"].isna()
+                 & (df["rung"] == "Q4_K_M") & (df["family"] == "big") & (df["kv"] == "f16")]
+    assert sorted(per_len["n_ctx"]) == [4096, 32768] and (per_len["unit"] == "%").all()
+    whole = df[(df["metric"] == "flip_rate") & df["n_ctx"].isna() & df["subset"].isna() & (df["rung"] == "Q4_K_M")
+               & (df["family"] == "big") & (df["kv"] == "f16") & (df["benchmark"] == "ruler")]
+    # the lengths' flips add up to the whole's: each item is at one length
+    n = per_len.set_index("n_ctx")["n"]
+    assert n.sum() == whole["n"].iloc[0]
+    assert abs((per_len["value"] * per_len["n"]).sum() / n.sum() - whole["value"].iloc[0]) < 1e-9
+    toc = b.js("return [...document.querySelectorAll('nav a')].map(a => a.textContent)")
+    assert "cpu-test: long context" in toc

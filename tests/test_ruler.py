@@ -43,8 +43,7 @@ def essay():
 
 
 def make(fmt, words, essay, task, length=LENGTH, n=2, seed=42, qa=None):
-    return build.build_items(fmt=fmt, tasks=[task], lengths=[length], n_samples=n, seed=seed,
-                             words=words, essay=essay, qa=qa)
+    return build.build_items(fmt=fmt, blocks=[(length, task, n)], seed=seed, words=words, essay=essay, qa=qa)
 
 
 @pytest.mark.parametrize("task", ruler.SYNTHETIC)
@@ -150,8 +149,8 @@ def test_items_are_deterministic_in_the_seed(fmt, words, essay):
 
 def test_items_file_is_appended_and_hashed(tmp_path, fmt, words, essay):
     out = tmp_path / "items.jsonl"
-    items = build.build_items(fmt=fmt, tasks=["niah_single_1", "vt"], lengths=[768, LENGTH], n_samples=1, seed=1,
-                              words=words, essay=essay, out_path=out)
+    blocks = [(768, "niah_single_1", 1), (768, "vt", 1), (LENGTH, "niah_single_1", 1), (LENGTH, "vt", 1)]
+    items = build.build_items(fmt=fmt, blocks=blocks, seed=1, words=words, essay=essay, out_path=out)
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert [x["item_id"] for x in lines] == [x["item_id"] for x in items] == [
         "niah_single_1-768-0000", "vt-768-0000", "niah_single_1-1024-0000", "vt-1024-0000"]
@@ -275,6 +274,60 @@ def test_qa_source_errors_name_the_file(tmp_path):
     bad.write_text("[1, 2]")
     with pytest.raises(DataError, match="squad.json"):
         ruler_qa.load("squad", {"path": str(bad)})
+
+
+def test_trained_length_and_cells_plan_the_blocks():
+    """`trained` is the GGUF's trained context; a cell adds its own (task, length, samples) beside the
+    sweep; blocks come in length order, the config's order within a length; a length above the
+    trained context is dropped with the note."""
+    s = ruler.resolve_settings({"enabled": True, "tasks": ["vt", "cwe"], "lengths": [1024, 16384], "samples": 2,
+                                "cells": [{"length": "trained", "tasks": ["niah_single_1"]},
+                                          {"length": 2048, "tasks": ["fwe"], "samples": 3}]})
+    blocks, facts = build.plan_blocks(s, 8192)
+    assert blocks == [(1024, "vt", 2), (1024, "cwe", 2), (2048, "fwe", 3), (8192, "niah_single_1", 1)]
+    assert facts["lengths"] == [1024, 2048, 8192] and facts["lengths_dropped"] == [16384]
+    assert ruler.all_tasks(s) == ["vt", "cwe", "niah_single_1", "fwe"]
+    assert ruler.Ruler(s).max_n_ctx(8192) == 16384 and ruler.Ruler({**s, "lengths": [1024]}).max_n_ctx(8192) == 8192
+    assert ruler.Ruler({**s, "lengths": ["trained"], "cells": []}).max_n_ctx(None) == 4096  # not known yet
+    with pytest.raises(DataError, match=r"benchmarks\.ruler\.cells\[0\].*context_length"):
+        build.plan_blocks(s, 0)
+    twice = {**s, "cells": [{"length": 1024, "tasks": ["vt"]}]}
+    with pytest.raises(DataError, match=r"benchmarks\.ruler\.cells\[0\]: vt at 1024 tokens is asked for twice"):
+        build.plan_blocks(twice, 8192)
+    with pytest.raises(ConfigError, match="benchmarks.ruler.tasks"):
+        ruler.resolve_settings({"enabled": True, "cells": [{"length": 1024, "tasks": ["niah_single_9"]}]})
+
+
+def test_the_items_key_names_the_cells(repo_root):
+    """A cell is an item setting: adding one changes the items key (and so every RULER point's keys)."""
+    from quantladder import config as qconfig
+    from quantladder import manifest
+
+    cfg = qconfig.load(repo_root / "config" / "config.yaml")
+    fam = qconfig.families(cfg)[0]
+    before = manifest.items_key(cfg, fam, "ruler")
+    cfg["benchmarks"]["ruler"]["cells"] = [{"length": "trained", "tasks": ["vt"], "samples": 2}]
+    assert manifest.items_key(cfg, fam, "ruler") != before
+
+
+def test_ruler_kv_types_add_points_for_ruler_alone(repo_root):
+    """benchmarks.ruler.kv_types: RULER runs at those KV types too; every other figure stays at the
+    family's types; a KV type that is not one is refused naming the key."""
+    from quantladder import config as qconfig
+    from quantladder import targets
+
+    cfg = qconfig.load(repo_root / "config" / "config.yaml")
+    cfg["benchmarks"]["ruler"]["kv_types"] = ["f16", "q8_0", "q4_0"]
+    qconfig.check_semantics(cfg)
+    fam = qconfig.families(cfg)[0]
+    planned = [t for t in targets.planned(cfg, "c", fam) if t.series == "points"]
+    by_kv = {kv: {t.measure for t in planned if t.kv == kv} for kv in ("f16", "q8_0", "q4_0")}
+    assert by_kv["q8_0"] == by_kv["q4_0"] == {"ruler"} and {"perplexity", "bfcl", "ruler"} <= by_kv["f16"]
+    task_points = {t.rung for t in planned if t.kv == "q4_0"}
+    assert task_points == {qconfig.reference_rung(cfg, fam), *cfg["families"][fam]["task_rungs"]}
+    cfg["benchmarks"]["ruler"]["kv_types"] = ["q3_x"]
+    with pytest.raises(ConfigError, match=r"benchmarks\.ruler\.kv_types"):
+        qconfig.check_semantics(cfg)
 
 
 def test_essay_json_source_reads_rulers_file(tmp_path):

@@ -133,3 +133,119 @@ def test_ruler_rules_through_snakemake(tmp_path):
         assert json.loads((point_dir / "generations.json").read_text())["complete"]
         assert len(read_jsonl(point_dir / "generations.jsonl")) == 1
         assert len(read_jsonl(point_dir / "verdicts.jsonl")) == 1
+
+
+# The generate job's work at the trained context, in a process of its own (its peak RSS is then the
+# job's alone, as in a generate job): items, the one loop at the config's batch policy, the KV cache
+# llama.cpp reports allocating, the peak, and the score stage's rows.
+_TRAINED_JOB = r"""
+import json, sys
+from quantladder import generation, scoring
+from quantladder.benchmarks import ScoringContext, ruler
+from quantladder.engine import Engine, EngineSettings
+from quantladder.generation_policy import GenerationPolicy
+from quantladder.gguf_meta import read_info
+from quantladder.measures.memory import LlamaLog, peak_rss_bytes
+
+model, store, cfg = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+bench = ruler.Ruler(cfg["benchmarks"]["ruler"])
+source = bench.fetch_source("unused")
+items, facts = bench.build_items(source, reference_gguf=model, family={"chat": True})
+info = read_info(model)
+n_par = GenerationPolicy.of(cfg, "ruler").n_parallel_for(info, max(it.n_ctx for it in items))
+logs = {}
+
+def engine_for(n_ctx):
+    with LlamaLog() as lg:
+        eng = Engine(model, EngineSettings(n_ctx=n_ctx, n_parallel=n_par, n_threads=2, prefix_cache=True))
+    logs[n_ctx] = lg.buffers()
+    return eng
+
+before = peak_rss_bytes()
+r = generation.Loop(bench, items, key="k", store_dir=store, n_parallel=n_par, engine_for=engine_for,
+                    env=bench.open_env(source, "generate")).run()
+out = scoring.score(bench, items, r.records, r.meta, key="s", store_dir=store,
+                    ctx=ScoringContext(bench.open_env(source, "score")), kv_info=info)
+print(json.dumps({"facts": facts, "n_parallel": n_par, "buffers": logs, "peak_before_bytes": before,
+                  "meta": r.meta, "records": r.records, "verdicts": out.verdicts, "rows": out.rows,
+                  "weights_bytes": info.tensor_bytes}))
+"""
+
+
+@pytest.mark.slow
+def test_an_item_at_the_trained_context_scores_and_stays_in_its_kv_budget(tmp_path, smollm_q8, repo_root):
+    """One RULER item at `trained` (SmolLM2: 8192 tokens, read from the GGUF) through the one loop at the
+    default config's batch policy: it generates, scores, and the job's memory is what the KV budget
+    predicted: llama.cpp allocates exactly n_parallel x the per-sequence KV cache of the GGUF's metadata,
+    within generation.kv_budget_mb, and the peak RSS grows by that cache, the weights and the compute
+    buffers, not more."""
+    import os
+    import subprocess
+    import sys
+
+    from quantladder.gguf_meta import read_info
+    from quantladder.kv_policy import kv_cache_bytes
+
+    cfg = yaml.safe_load((repo_root / "config" / "config.yaml").read_text())
+    cfg["benchmarks"]["ruler"] = {"enabled": True, "tasks": ["vt"], "lengths": ["trained"], "samples": 1, "seed": 42}
+    env = {**os.environ, "PYTHONPATH": str(repo_root / "workflow")}
+    proc = subprocess.run([sys.executable, "-c", _TRAINED_JOB, str(smollm_q8), str(tmp_path), json.dumps(cfg)],
+                          capture_output=True, text=True, env=env, timeout=3600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    info = read_info(smollm_q8)
+    assert got["facts"]["lengths"] == [8192] == [info.n_ctx_train]
+    (rec,) = got["records"]
+    assert rec["n_ctx"] == 8192 and 8192 - 200 < rec["n_prompt_tokens"] and rec["n_prompt_tokens"] + 30 <= 8192
+    (v,) = got["verdicts"]
+    assert v["n_ctx"] == 8192 and 0 <= v["score"] <= 1
+    rows = {(r["metric"], r["subset"], r["n_ctx"]): r for r in got["rows"]}
+    assert 0 <= rows[("score", "vt", 8192)]["value"] <= 100
+
+    n_par = got["n_parallel"]
+    kv_all = kv_cache_bytes(info, 8192, n_par)
+    assert kv_all <= cfg["generation"]["kv_budget_mb"] << 20 < kv_cache_bytes(info, 8192, 2 * n_par)
+    buf = got["buffers"]["8192"]
+    assert abs(buf["kv_bytes"] - kv_all) <= n_par * (1 << 20) // 100  # llama.cpp logs MiB to 2 decimals
+    assert rows[("kv_bytes_predicted", None, 8192)]["value"] * n_par == kv_all
+    peak = rows[("peak_mem_bytes", "rss", 8192)]["value"]
+    grew = peak - got["peak_before_bytes"]
+    predicted = got["weights_bytes"] + kv_all + buf["compute_bytes"]
+    # the cache is resident (llama.cpp clears it), and nothing beyond the prediction grew by more than
+    # the logits rows and allocator slack
+    assert kv_all <= grew <= predicted + (256 << 20), (grew, predicted)
+    print(f"8K item: n_parallel {n_par}, KV {kv_all / 2**20:.0f} MiB (budget {cfg['generation']['kv_budget_mb']} MiB), "
+          f"peak RSS {peak / 2**20:.0f} MiB, grew {grew / 2**20:.0f} MiB of {predicted / 2**20:.0f} MiB predicted, "
+          f"{got['meta']['seconds']:.0f} s")
+
+
+@pytest.mark.slow
+def test_the_default_dry_run_plans_the_trained_context_cell_and_the_full_one_the_kv_cross(tmp_path, repo_root):
+    """`snakemake -n` in an empty directory: the default config plans RULER on the reference and both task
+    rungs (and the noise run), whose items hold the cell at the trained context (8192 for SmolLM2: the
+    generate job is sized for it); config/full.yaml adds RULER alone at q8_0 and q4_0 on those points,
+    and bfcl_haystack."""
+    from pipeline_util import planned_jobs, snakemake
+
+    from quantladder.benchmarks.ruler import build
+
+    cfg = qconfig.load(repo_root / "config" / "config.yaml")
+    fam = "smollm2-135m-instruct"
+    task_points = {qconfig.reference_rung(cfg, fam), *cfg["families"][fam]["task_rungs"]}
+    jobs = planned_jobs(snakemake(tmp_path / "d", "-n").stdout)
+    gen = {(w["series"], w["rung"], w["kv"]) for r, w in jobs if r == "generate" and w.get("task") == "ruler"}
+    assert gen == {("points", r, "f16") for r in task_points} | {("noise", "F16", "f16")}
+    assert ("benchmark_items", {"task": "ruler", "family": fam}) in jobs
+    bench = ruler.Ruler(cfg["benchmarks"]["ruler"])
+    blocks, facts = build.plan_blocks(bench.settings, 8192)
+    assert (8192, "niah_single_1", 1) in blocks and facts["lengths"][-1] == 8192 and bench.max_n_ctx(8192) == 8192
+
+    jobs = planned_jobs(snakemake(tmp_path / "f", "-n", "--configfile", str(repo_root / "config" / "full.yaml")).stdout)
+    full_rungs = {"F16", "Q8_0", "Q4_K_M", "Q2_K"}
+    by_kv = {}
+    for r, w in jobs:
+        if r == "generate" and w["family"] == fam and w["series"] == "points":
+            by_kv.setdefault(w["kv"], set()).add((w["task"], w["rung"]))
+    assert by_kv["q4_0"] == by_kv["q8_0"] == {("ruler", r) for r in full_rungs}
+    assert {("bfcl_haystack", r) for r in full_rungs} <= by_kv["f16"]
+    assert not any(r in ("perplexity", "speed") and w.get("kv") != "f16" for r, w in jobs)

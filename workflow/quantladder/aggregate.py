@@ -157,6 +157,17 @@ def _pair_rows(ref: Point, p: Point, base: dict, *, noise: bool) -> list[dict]:
         for s in subsets:
             out += [_with(base, r) for r in flip_metric_rows(
                 flips([v for v in rv if v.get("subset") == s], [v for v in pv if v.get("subset") == s]), s, noise)]
+    # items at several context lengths (RULER, bfcl_haystack): the flips at each length, all of its
+    # items and per subset, so a loss that grows with the context shows where it starts
+    ctxs = sorted({int(v["n_ctx"]) for v in pv if v.get("n_ctx") is not None})
+    if len(ctxs) > 1:
+        for c in ctxs:
+            rc, pc = [v for v in rv if v.get("n_ctx") == c], [v for v in pv if v.get("n_ctx") == c]
+            out += [_with(base, r) for r in flip_metric_rows(flips(rc, pc), None, noise, n_ctx=c)]
+            for s in (subsets if len(subsets) > 1 else []):
+                out += [_with(base, r) for r in flip_metric_rows(
+                    flips([v for v in rc if v.get("subset") == s], [v for v in pc if v.get("subset") == s]), s,
+                    noise, n_ctx=c)]
     same, n = identical(ref.generations() or [], p.generations() or [])
     if n:
         value, se = share(same, n)

@@ -111,6 +111,12 @@ def check_semantics(cfg: dict, source: str = "config") -> None:
                 raise ConfigError(f"{source}: families.{name}: {pre!r} is both a made and a prebuilt rung")
     for kv in cfg.get("kv_types", ["f16"]):
         parse_kv(kv)
+    for name, section in (cfg.get("benchmarks") or {}).items():
+        for kv in (section or {}).get("kv_types") or []:
+            try:
+                parse_kv(kv)
+            except ConfigError as e:
+                raise ConfigError(f"{source}: key benchmarks.{name}.kv_types: {e}") from None
 
 
 def task_runs_for(cfg: dict, task: str, family: str) -> bool:
@@ -173,10 +179,27 @@ def rung_kind(cfg: dict, family: str, rung: str) -> str:
     raise ConfigError(f"family {family!r} has no rung {rung!r}")
 
 
-def kv_types(cfg: dict, family: str | None = None) -> list[str]:
+def kv_types(cfg: dict, family: str | None = None, measure: str | None = None) -> list[str]:
+    """The KV-cache types of a family's points (the family's list, else the config's). With
+    ``measure``: the types that measure or benchmark runs at, the family's and then those its own
+    section adds (``benchmarks.ruler.kv_types``: the KV axis of one exam, every other figure left at
+    the family's types)."""
     if family and "kv_types" in cfg["families"][family]:
-        return list(cfg["families"][family]["kv_types"])
-    return list(cfg.get("kv_types", ["f16"]))
+        out = list(cfg["families"][family]["kv_types"])
+    else:
+        out = list(cfg.get("kv_types", ["f16"]))
+    if measure:
+        extra = ((cfg.get("benchmarks") or {}).get(measure) or {}).get("kv_types") or []
+        out += [k for k in extra if k not in out]
+    return out
+
+
+def all_kv_types(cfg: dict, family: str) -> list[str]:
+    """Every KV-cache type a family's points run at, for any of its measures or benchmarks."""
+    out = kv_types(cfg, family)
+    for name in cfg.get("benchmarks") or {}:
+        out += [k for k in kv_types(cfg, family, name) if k not in out]
+    return out
 
 
 def points(cfg: dict) -> list[tuple[str, str, str]]:

@@ -59,18 +59,19 @@ def flips(reference: list[dict], other: list[dict]) -> dict:
     return out
 
 
-def flip_metric_rows(f: dict, subset: str | None = None, noise: bool = False) -> list[dict]:
+def flip_metric_rows(f: dict, subset: str | None = None, noise: bool = False, n_ctx: int | None = None) -> list[dict]:
     n = f["n_items"]
     if not n:
         return []
     if noise:
-        return [metrics.row("noise_flip_rate", f["flip_rate_pct"], stderr=f["flip_rate_err_pct"], n=n, subset=subset)]
+        return [metrics.row("noise_flip_rate", f["flip_rate_pct"], stderr=f["flip_rate_err_pct"], n=n, subset=subset,
+                            n_ctx=n_ctx)]
     return [
-        metrics.row("flip_rate", f["flip_rate_pct"], stderr=f["flip_rate_err_pct"], n=n, subset=subset),
+        metrics.row("flip_rate", f["flip_rate_pct"], stderr=f["flip_rate_err_pct"], n=n, subset=subset, n_ctx=n_ctx),
         metrics.row("flips_right_to_wrong", f["right_to_wrong_pct"], stderr=f["right_to_wrong_err_pct"], n=n,
-                    subset=subset),
+                    subset=subset, n_ctx=n_ctx),
         metrics.row("flips_wrong_to_right", f["wrong_to_right_pct"], stderr=f["wrong_to_right_err_pct"], n=n,
-                    subset=subset),
+                    subset=subset, n_ctx=n_ctx),
     ]
 
 

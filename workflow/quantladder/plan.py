@@ -173,7 +173,10 @@ def _config_jobs(config_path: str | Path) -> tuple[list[tuple[str, str, str, str
     cfg = qconfig.load(config_path)
     benches = [b for b, spec in (cfg.get("benchmarks") or {}).items() if (spec or {}).get("enabled")]
     pts = qconfig.points(cfg)
-    jobs = [(f, r, kv, b, "points") for f, r, kv in pts for b in benches if qconfig.task_runs_for(cfg, b, f)]
+    # a benchmark's own kv_types (RULER's KV cross) adds its points at those types
+    jobs = [(f, r, kv, b, "points") for f in qconfig.families(cfg) for r in qconfig.rungs(cfg, f)
+            for kv in qconfig.all_kv_types(cfg, f) for b in benches
+            if qconfig.task_runs_for(cfg, b, f) and kv in qconfig.kv_types(cfg, f, b)]
     if qconfig.noise_floor_enabled(cfg):
         for f in qconfig.families(cfg):
             ref, kv = qconfig.reference_rung(cfg, f), qconfig.kv_types(cfg, f)[0]

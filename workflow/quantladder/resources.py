@@ -195,7 +195,7 @@ def generate_mem_mb(config: dict):
         cfg = qconfig.noise_config(config) if getattr(wildcards, "series", "points") == "noise" else config
         bench = benchmarks.configured(cfg, wildcards.task)
         info = _info(input)
-        n_ctx = bench.max_n_ctx()
+        n_ctx = bench.max_n_ctx(info.get("n_ctx_train"))
         if info.get("n_ctx_train"):
             n_ctx = min(n_ctx, int(info["n_ctx_train"]))
         kv = getattr(wildcards, "kv", None) or "f16"

@@ -72,8 +72,8 @@ def planned(cfg: dict, card: str, family: str | None = None) -> list[Target]:
     then the noise series (the reference rung, first KV type, every task benchmark)."""
     fams = [family] if family else qconfig.families(cfg)
     out = [Target(card, "points", fam, rung, kv, m)
-           for fam in fams for rung in qconfig.rungs(cfg, fam) for kv in qconfig.kv_types(cfg, fam)
-           for m in point_measures(cfg, fam, rung)]
+           for fam in fams for rung in qconfig.rungs(cfg, fam) for kv in qconfig.all_kv_types(cfg, fam)
+           for m in point_measures(cfg, fam, rung) if kv in qconfig.kv_types(cfg, fam, m)]
     out += [Target(card, "points", fam, rung, kv, m)
             for fam in fams for rung in qconfig.rungs(cfg, fam) for kv in qconfig.kv_types(cfg, fam)
             for m in fidelity_measures(cfg, fam, rung, kv)]

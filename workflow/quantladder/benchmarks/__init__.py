@@ -13,6 +13,7 @@ from ..errors import ConfigError
 from .arithmetic import Arithmetic
 from .base import Benchmark, Item, ScoringContext
 from .bfcl import BFCL
+from .bfcl_haystack import BFCLHaystack
 from .code import BigCodeBenchHard, HumanEval
 from .instructions import IFBench, IFEval
 from .ruler import Ruler
@@ -24,8 +25,8 @@ __all__ = ["Benchmark", "Item", "ScoringContext", "names", "get", "create", "con
 # Importing the exams declares their metrics; their heavy dependencies (llama.cpp, tree-sitter,
 # numpy) and what runs model-written code (the sandbox, the code scorer) load only when a method
 # needs them.
-_CLASSES: dict[str, type[Benchmark]] = {cls.name: cls for cls in (BFCL, HumanEval, BigCodeBenchHard, Ruler, Tasks,
-                                                                  Arithmetic, IFBench, IFEval, Traffic)}
+_CLASSES: dict[str, type[Benchmark]] = {cls.name: cls for cls in (BFCL, BFCLHaystack, HumanEval, BigCodeBenchHard, Ruler,
+                                                                  Tasks, Arithmetic, IFBench, IFEval, Traffic)}
 
 
 def names() -> list[str]:

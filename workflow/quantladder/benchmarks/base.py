@@ -153,8 +153,9 @@ class Benchmark:
     def n_ctx(self, item: Item) -> int:
         return int(item.n_ctx or self.settings.get("n_ctx") or 4096)
 
-    def max_n_ctx(self) -> int:
-        """The longest per-sequence context any item may need (sizes the job's memory)."""
+    def max_n_ctx(self, n_ctx_train: int | None = None) -> int:
+        """The longest per-sequence context any item may need (sizes the job's memory); ``n_ctx_train``,
+        the model's trained context where known, resolves a length given as ``trained``."""
         return int(self.settings.get("n_ctx") or 4096)
 
     # -- generation ---------------------------------------------------------------------------

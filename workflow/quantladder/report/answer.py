@@ -84,7 +84,7 @@ def _noise_line(fam: pd.DataFrame) -> str:
     """The family's noise floors in one line: per benchmark, the reference generated again at another
     batch setting against itself."""
     parts, rung = [], None
-    noise = dv.whole(dv.figures(fam[fam["metric"].isin(qmetrics.in_group("noise"))]))
+    noise = dv.whole(dv.figures(fam[fam["metric"].isin(qmetrics.in_group("noise")) & fam["n_ctx"].isna()]))
     for b, g in noise.groupby("benchmark", sort=True):
         rung = g["rung"].iloc[0]
         bits = []

@@ -13,7 +13,7 @@ import pandas as pd
 from .. import dataset_view as dv
 from ..errors import DataError
 from ..io import atomic_path
-from . import answer, crosscard, family, fidelity, figures, losses, matrix_findings, pareto, tables
+from . import answer, crosscard, family, fidelity, figures, longctx, losses, matrix_findings, pareto, tables
 from .figures import Figures
 from .markup import badge, esc
 from .pending import CSS as PENDING_CSS
@@ -124,6 +124,8 @@ SECTIONS = (
             lambda v: figures.overview_section(v.F, v.d, v.card)),
     Section("curves", "curves per family", "Curves per family (this card only)", "plots",
             lambda v: family.curves_section(v.F, v.d, v.card, v.pending)),
+    Section("longctx", "long context", "Long context: scores and flips against the context length, per rung", "plots",
+            lambda v: longctx.longctx_section(v.F, v.d, v.card), when=lambda v: longctx.has_lengths(v.d)),
     Section("pareto", "Pareto fronts", "Pareto fronts across families", "plots",
             lambda v: pareto.pareto_section(v.F, v.d, v.card)),
     Section("degenerate", "degenerate loops", "Degenerate repetition loops", "h2",

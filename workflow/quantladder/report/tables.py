@@ -47,10 +47,11 @@ def flips_section(df: pd.DataFrame, card: str) -> str:
     """Per point and benchmark: its flips against the reference, beside the noise floor of its family's
     reference (the same rung generated again at another batch setting), and which of the two is larger."""
     flip_names = dv.flip_metrics()
-    g = dv.whole(dv.figures(df[df["metric"].isin(flip_names)]))
+    # all of a point's items: the rows per context length are drawn in the long-context section
+    g = dv.whole(dv.figures(df[df["metric"].isin(flip_names) & df["n_ctx"].isna()]))
     if g.empty:
         return '<p class="note">No flip rows in the dataset for this card (flips need per-item verdicts).</p>'
-    noise = dv.whole(dv.figures(df[df["metric"].isin(qmetrics.in_group("noise"))]))
+    noise = dv.whole(dv.figures(df[df["metric"].isin(qmetrics.in_group("noise")) & df["n_ctx"].isna()]))
     first, rest = [m for m in flip_names if m == "flip_rate"], [m for m in flip_names if m != "flip_rate"]
 
     def cell(rows, m):

@@ -35,10 +35,12 @@ metrics.declare(
            "BFCL accuracy (AST checker; state + response checks for multi-turn). Subset: a category or BFCL's "
            "aggregate (simple, non_live, live, irrelevance, relevance, multi_turn). The row without a subset is "
            "the headline: the unweighted mean of BFCL's non-live and live AST accuracies, each as BFCL weighs "
-           "it (docs/bfcl.md)", ("bfcl",), higher_is_better=True, stderr="se", headline_for=("bfcl",),
-           score_for=("bfcl",), paired="items"),
+           "it (docs/bfcl.md). bfcl_haystack: per category and per length (n_ctx); the row without a subset "
+           "at a length is the mean over that length's items", ("bfcl", "bfcl_haystack"), higher_is_better=True,
+           stderr="se", headline_for=("bfcl", "bfcl_haystack"), score_for=("bfcl", "bfcl_haystack"),
+           paired="items"),
     Metric("parse_failure_rate", "%", "share of answers that do not decode as calls (irrelevance excepted)",
-           ("bfcl",), higher_is_better=False, stderr="se"),
+           ("bfcl", "bfcl_haystack"), higher_is_better=False, stderr="se"),
 )
 
 
@@ -122,11 +124,15 @@ class BFCL(Benchmark):
 
             return (yield from drive_item(engine, env.root, item.data, env.executor, max_tokens=s["max_new_tokens"],
                                           step_limit=s["step_limit"]))
-        prompt = engine.chat_prompt(prompts.first_messages(env.root, item.data))
+        prompt = engine.chat_prompt(self.messages(env.root, item.data))
         tokens = engine.tokenize(prompt, add_bos=not engine.starts_with_bos(prompt))
         gen = yield Request(tuple(tokens), int(s["max_new_tokens"]))
         return {"text": gen.text, "n_prompt_tokens": gen.n_prompt_tokens, "n_gen_tokens": gen.n_gen_tokens,
                 "finish_reason": gen.finish_reason, "seconds": round(gen.seconds, 4)}
+
+    def messages(self, root, data: dict) -> list[dict]:
+        """A single-turn item's first messages: BFCL's system prompt, then the item's turn."""
+        return prompts.first_messages(root, data)
 
     # -- scoring -------------------------------------------------------------------------------
     def verdicts(self, items, generations, ctx):

@@ -30,14 +30,20 @@ def resolve_settings(section: dict | None) -> dict:
     default too); unknown task names fail here, naming the key."""
     given = {k: v for k, v in (section or {}).items() if v is not None or k == "time_budget_s"}
     s = schemas.filled(schemas.benchmark_schema_path("ruler"), given)
-    for name in s["tasks"]:
+    for name in all_tasks(s):
         task(name)
-    qa_needed = {TASKS[n].args["dataset"] for n in s["tasks"] if TASKS[n].kind == "qa"}
+    qa_needed = {TASKS[n].args["dataset"] for n in all_tasks(s) if TASKS[n].kind == "qa"}
     missing = sorted(d for d in qa_needed if d not in (s.get("qa") or {}))
     if missing:
         raise ConfigError(f"benchmarks.ruler.tasks asks for QA on {missing}: name their sources under "
                           f"benchmarks.ruler.qa.<dataset> (huggingface_hub or a local path)")
     return s
+
+
+def all_tasks(settings: dict) -> list[str]:
+    """Every task the settings run: the sweep's and the cells', in order."""
+    names = list(settings["tasks"]) + [t for c in settings.get("cells") or [] for t in c["tasks"]]
+    return list(dict.fromkeys(names))
 
 
 metrics.declare(
@@ -57,9 +63,11 @@ class Ruler(Benchmark):
     version = RULER_VERSION
     scorer_version = "ruler-score-1"
     per_family_items = True
-    item_settings = ("tasks", "lengths", "samples", "seed", "cap_to_trained_context", "essay", "qa")
+    item_settings = ("tasks", "lengths", "samples", "cells", "seed", "cap_to_trained_context", "essay", "qa")
     generation_settings = ()
     scoring_settings = ("threshold",)
+    # kv_types chooses which points run RULER (quantladder.config.kv_types), not what a point's figure is
+    run_settings = Benchmark.run_settings + ("kv_types",)
 
     @classmethod
     def resolve(cls, section):
@@ -69,9 +77,9 @@ class Ruler(Benchmark):
         """The texts items are made of: RULER's word lists, the essay haystack, QA data (hub)."""
         s = self.settings
         words = haystack.word_lists()
-        needs_essay = any(TASKS[t].args.get("type_haystack") == "essay" for t in s["tasks"])
+        needs_essay = any(TASKS[t].args.get("type_haystack") == "essay" for t in all_tasks(s))
         qa_files = {}
-        for name in sorted({TASKS[t].args["dataset"] for t in s["tasks"] if TASKS[t].kind == "qa"}):
+        for name in sorted({TASKS[t].args["dataset"] for t in all_tasks(s) if TASKS[t].kind == "qa"}):
             _, path = ruler_qa.load(name, s["qa"][name])
             qa_files[name] = {"source": s["qa"][name], "path": str(path), "sha256": sha256_file(path)}
         return {"name": "ruler", "version": RULER_VERSION, "word_source": words.source,
@@ -86,27 +94,30 @@ class Ruler(Benchmark):
     def build_items(self, source, *, reference_gguf, family, threads=1, log=None):
         s = self.settings
         info = read_info(reference_gguf)
-        lengths, dropped, note = build.cap_lengths(s["lengths"], info.n_ctx_train, s["cap_to_trained_context"])
-        if note and log:
-            log.warning("ruler: %s", note)
+        blocks, facts = build.plan_blocks(s, info.n_ctx_train)
+        if facts["lengths_note"] and log:
+            log.warning("ruler: %s", facts["lengths_note"])
         words = haystack.word_lists()
         essay = haystack.essay_words(haystack.load_text_source(s["essay"])) if source.get("essay_source") else None
         qa_data = {name: ruler_qa.load(name, rec["source"])[0] for name, rec in source.get("qa", {}).items()}
         chat = bool(family.get("chat", True))
         # Only the tokenizer and chat template are used: a small context, no GPU.
         with Engine(reference_gguf, EngineSettings(n_ctx=512, n_gpu_layers=0, n_threads=threads)) as eng:
-            raw = build.build_items(fmt=build.PromptFormat(eng, chat=chat), tasks=s["tasks"], lengths=lengths,
-                                    n_samples=s["samples"], seed=s["seed"], words=words, essay=essay, qa=qa_data,
-                                    log=log)
+            raw = build.build_items(fmt=build.PromptFormat(eng, chat=chat), blocks=blocks, seed=s["seed"],
+                                    words=words, essay=essay, qa=qa_data, log=log)
         items = [Item(id=r["item_id"], subset=r["task"], n_ctx=r["length"],
                       data={k: r[k] for k in ("prompt", "tokens_to_generate", "task", "kind", "length", "index",
                                               "seed", "size", "n_prompt_tokens", "needles", "meta")},
                       answer={"answers": r["answers"], "metric": r["metric"]}) for r in raw]
-        return items, {"lengths": lengths, "lengths_dropped": dropped, "lengths_note": note,
-                       "n_ctx_train": info.n_ctx_train, "chat": chat}
+        return items, {**facts, "n_ctx_train": info.n_ctx_train, "chat": chat}
 
-    def max_n_ctx(self):
-        return max(int(x) for x in self.settings["lengths"])
+    def max_n_ctx(self, n_ctx_train=None):
+        s = self.settings
+        asked = list(s["lengths"]) + [c["length"] for c in s.get("cells") or []]
+        known = [int(x) for x in asked if x != build.TRAINED]
+        if build.TRAINED in asked and n_ctx_train:
+            known.append(int(n_ctx_train))
+        return max(known, default=int(n_ctx_train or 0) or 4096)
 
     def drive(self, item, engine, env):
         prompt = item.data["prompt"]

@@ -17,6 +17,8 @@ from ...errors import DataError
 from ...io import append_jsonl, hash_obj, sha256_file, write_json
 from . import tasks as T
 
+TRAINED = "trained"  # a length: the model's trained context (GGUF <arch>.context_length), read when items are made
+
 
 @dataclass
 class PromptFormat:
@@ -126,24 +128,58 @@ def build_task_length(spec: T.TaskSpec, length: int, n_samples: int, seed: int, 
     return items
 
 
-def build_items(*, fmt: PromptFormat, tasks: list[str], lengths: list[int], n_samples: int, seed: int,
-                words, essay: list[str] | None, qa: dict | None = None, out_path=None,
-                log=None) -> list[dict]:
-    """All items for all (task, length). With out_path, each (task, length) block is appended as made."""
+def build_items(*, fmt: PromptFormat, blocks: list[tuple[int, str, int]], seed: int, words,
+                essay: list[str] | None, qa: dict | None = None, out_path=None, log=None) -> list[dict]:
+    """All items of the (length, task, samples) blocks (:func:`plan_blocks`), in their order. With
+    out_path, each block is appended as made."""
     env = T.Env(words=words, essay=essay, length=0, qa=qa, count_tokens=fmt.raw_tokens)
     everything = []
-    for length in lengths:
-        for name in tasks:
-            block = build_task_length(T.task(name), length, n_samples, seed, env, fmt)
-            if out_path is not None:
-                for it in block:
-                    append_jsonl(out_path, it)
-            if log:
-                log.info("ruler items: %s at %d tokens: %d items, haystack size %d, prompts of %d-%d tokens",
-                         name, length, len(block), block[0]["size"], min(b["n_prompt_tokens"] for b in block),
-                         max(b["n_prompt_tokens"] for b in block))
-            everything += block
+    for length, name, n_samples in blocks:
+        block = build_task_length(T.task(name), length, n_samples, seed, env, fmt)
+        if out_path is not None:
+            for it in block:
+                append_jsonl(out_path, it)
+        if log:
+            log.info("ruler items: %s at %d tokens: %d items, haystack size %d, prompts of %d-%d tokens",
+                     name, length, len(block), block[0]["size"], min(b["n_prompt_tokens"] for b in block),
+                     max(b["n_prompt_tokens"] for b in block))
+        everything += block
     return everything
+
+
+def resolve_length(length, n_ctx_train: int, where: str = "benchmarks.ruler.lengths") -> int:
+    """A length in tokens; ``trained`` is the model's trained context, read from its GGUF."""
+    if length == TRAINED:
+        if not n_ctx_train:
+            raise DataError(f"{where}: 'trained' asks for the model's trained context, but its GGUF records "
+                            "none (<arch>.context_length); give the length in tokens")
+        return int(n_ctx_train)
+    return int(length)
+
+
+def plan_blocks(settings: dict, n_ctx_train: int) -> tuple[list[tuple[int, str, int]], dict]:
+    """The (length, task, samples) blocks the settings ask for: every task at every ``lengths`` entry
+    with ``samples`` items, then each of ``cells`` (its own length, tasks and samples: an 8K cell of
+    one task beside a wider short sweep). Lengths above the trained context are dropped (:func:`cap_lengths`).
+    Returns the blocks, ordered by length, and the facts for items.json (lengths kept, dropped, a note)."""
+    wanted = [(resolve_length(x, n_ctx_train), t, int(settings["samples"]), "benchmarks.ruler.lengths")
+              for x in settings["lengths"] for t in settings["tasks"]]
+    for i, cell in enumerate(settings.get("cells") or []):
+        where = f"benchmarks.ruler.cells[{i}]"
+        wanted += [(resolve_length(cell["length"], n_ctx_train, where), t, int(cell.get("samples", 1)), where)
+                   for t in cell["tasks"]]
+    seen: dict[tuple[int, str], str] = {}
+    for length, t, _, where in wanted:
+        if (length, t) in seen:
+            raise DataError(f"{where}: {t} at {length} tokens is asked for twice (also by {seen[(length, t)]}); "
+                            "each (task, length) is one block of items")
+        seen[(length, t)] = where
+    kept, dropped, note = cap_lengths([length for length, *_ in wanted], n_ctx_train,
+                                      settings.get("cap_to_trained_context", True))
+    order = {length: i for i, length in enumerate(kept)}
+    blocks = sorted(((length, t, n) for length, t, n, _ in wanted if length in order),
+                    key=lambda b: order[b[0]])  # stable: within a length, the config's order
+    return blocks, {"lengths": kept, "lengths_dropped": dropped, "lengths_note": note}
 
 
 def cap_lengths(lengths: list[int], n_ctx_train: int, cap: bool = True) -> tuple[list[int], list[int], str | None]:

@@ -47,9 +47,6 @@ class Traffic(Benchmark):
     needs_chat = True  # conversations go through the chat template: a base model does not take them
     item_settings = ("source", "format", "limit", "part", "split")
     generation_settings = ("max_new_tokens", "n_ctx")
-    defaults = {"source": None, "format": "auto", "limit": None, "part": "all",
-                "split": {"calibration_share": 0.5, "seed": "traffic"}, "max_new_tokens": 128, "n_ctx": 2048,
-                "time_budget_s": None}
 
     def __init__(self, section=None):
         super().__init__(section)
