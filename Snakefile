@@ -18,6 +18,7 @@ include: "rules/measures.smk"
 include: "rules/tasks.smk"
 include: "rules/aggregate.smk"
 include: "rules/recommend.smk"
+include: "rules/find.smk"
 include: "rules/cluster.smk"
 
 

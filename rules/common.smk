@@ -92,9 +92,21 @@ def get_final_outputs(wildcards):
         outs.append(
             f"results/{CARD}/recommendation/mem{target['mem']}-ctx{target['ctx']}.json"
         )
+    outs += find_answers(CARD)  # the walk of `find:` (rules/find.smk)
     if workflow.dryrun:
         print(qprogress.summary_text(qprogress.pending(config, CARD)), file=sys.stderr)
     return outs
+
+
+def find_answers(card):
+    """The walk's answer (rules/find.smk), which the report's first screen shows, when the config has
+    a `find:` section."""
+    f = config.get("find")
+    return [f"results/{card}/find/{f['family']}.json"] if f else []
+
+
+def get_find_answers(wildcards):
+    return find_answers(wildcards.card)
 
 
 def get_finished_key(wildcards):
