@@ -223,3 +223,16 @@ def test_task_bound_at_the_boundary(cfg, tmp_path):
             sp = _spec(cfg, accept=f"tasks>=-{loss!r}pt")
             ev = qfind.evidence(sp, cfg, CARD, "Q4_K_M", alpha, tmp_path)
             assert ev["verdict"] == want and ev["figures"][0]["bound"] == pytest.approx(lo), (alpha, loss, ev)
+
+
+@pytest.mark.slow  # the producers' canned dataset takes minutes to make
+def test_report_first_screen_shows_the_answer(cfg, tmp_path, fixture_dataset):
+    from quantladder import report
+
+    _, a = _run(_state(cfg), {"R2": A, "R3": N})
+    write_json(tmp_path / "find.json", a)
+    html = report.build(fixture_dataset, tmp_path / "report.html", finds=[tmp_path / "find.json"]).read_text()
+    first = html.index('<section class="answer"')
+    assert first < html.index("Find my rung: smollm2-135m-instruct") < html.index("Per family and rung")
+    assert "<b>Run R2</b>" in html
+    assert "the rung below, R3, is shown not to be" in html and "Path walked: R2" in html

@@ -329,7 +329,7 @@ def _figure_evidence(f: Figure, root: Path, files: list[str], ref_files: list[st
                     if dec.delta < f.tolerance else None)
         out.append({"figure": f.key, "accept": f.text, "n_ctx": r.get("n_ctx"), "state": dec.state,
                     "value": r.get("value"), "unit": f.unit, "delta": dec.delta, "ci_low": dec.ci_low,
-                    "ci_high": dec.ci_high, "bound": dec.bound, "tolerance": f.tolerance, "n": dec.n,
+                    "ci_high": dec.ci_high, "stderr": d.stderr, "bound": dec.bound, "tolerance": f.tolerance, "n": dec.n,
                     "items_needed": need, "text": dec.text, "file": str(files[0])})
     return out
 
