@@ -43,10 +43,13 @@ def _snakemake(workdir: Path, configfile: Path, cores: str, *targets: str) -> No
     subprocess.run(cmd, check=True, env=env)
 
 
-def _job_hours(card: str, family: str, kv: str, rungs: list[str], reference: str, workdir: Path) -> float:
+def _job_hours(sp: dict, card: str, measured: list[str], candidates: list[str], workdir: Path) -> float:
+    """The figures' jobs of the rungs measured, the shared ones, every candidate's quantize (measured)."""
     seen = qfind.benchmark_files(workdir)
-    total = sum(sum(qfind._job_seconds(seen, card, family, r, kv).values()) for r in [*rungs, reference])
-    return total / 3600
+    rungs = {r: qfind.job_seconds(sp, card, r, seen) for r in {*candidates, sp["reference"]}}
+    total = sum(s for r in measured for rule, s in rungs[r].items() if rule != "quantize")
+    total += sum(rungs[r].get("quantize", 0.0) for r in candidates) + sum(rungs[sp["reference"]].values())
+    return (total + sum(qfind.job_seconds(sp, card, None, seen).values())) / 3600
 
 
 def main() -> None:
@@ -74,15 +77,15 @@ def main() -> None:
     _snakemake(workdir, over, a.cores, target)
     walk = read_json(workdir / target)
     visited = [p["rung"] for p in walk["path"]]
-    walk_h = _job_hours(card, sp.family, sp.kv, visited, sp.reference, workdir)
-
     fit = [c["rung"] for c in walk["candidates"] if c["fits"]]
+    walk_h = _job_hours(sp.as_dict(), card, visited, fit, workdir)
+
     files = [p for r in fit for p in qfind.figure_files(sp, cfg, card, r)] + qfind.reference_files(sp, cfg, card)
     _snakemake(workdir, over, a.cores, *files)
     infos = {r: read_json(workdir / qfind.sidecar(cfg, sp.family, r))["info"] for r in (*sp.rungs, sp.reference)}
     full = qfind.fixed_sequence(sp, cfg, card, infos, workdir)
     replayed = qfind.answer(qfind.replay(sp, cfg, card, infos, workdir))
-    full_h = _job_hours(card, sp.family, sp.kv, fit, sp.reference, workdir)
+    full_h = _job_hours(sp.as_dict(), card, fit, fit, workdir)
 
     print(f"find {sp.family}: accept {', '.join(f.text for f in sp.figures)}; {sp.mem} at {sp.ctx} tokens; "
           f"reference {sp.reference}; one-sided α {sp.alpha:g}; card {card}; workdir {workdir}")

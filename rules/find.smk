@@ -25,12 +25,15 @@ def get_find_key(wildcards):
 
 def get_find_step_inputs(wildcards):
     """Step 0: every candidate's sidecar (its measured bits per weight and size). Step k: the state
-    of step k−1 and the figures' files of every rung visited so far and of the one it asks for."""
+    of step k−1 and the figures' files of every rung visited so far and of the one it asks for.
+    """
     sp, w = _find_spec(wildcards), wildcards
     k = int(w.k)
     if k == 0:
         return [qfind.sidecar(config, sp.family, r) for r in (*sp.rungs, sp.reference)]
-    prev = checkpoints.find_step.get(card=w.card, family=w.family, k=str(k - 1)).output[0]
+    prev = checkpoints.find_step.get(card=w.card, family=w.family, k=str(k - 1)).output[
+        0
+    ]
     state = qio.read_json(prev)
     rungs = [v["rung"] for v in state["visited"]] + [state["next"]]
     files = [prev, *qfind.reference_files(sp, config, w.card)]

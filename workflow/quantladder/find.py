@@ -500,15 +500,32 @@ def fixed_sequence(sp: Spec, cfg: dict, card: str, infos: dict[str, dict], root:
 
 # ------------------------------------------------------------------------------------------ what it cost
 
-def _job_seconds(seen_files: dict, card: str, family: str, rung: str, kv: str) -> dict[str, float]:
-    """Measured seconds of the jobs of one rung's points, by rule (Snakemake's benchmark files)."""
+def _pass_corpus(rel_last: str) -> str:
+    return rel_last.rsplit("-", 1)[0]  # "<corpus>-<ctx>": a corpus name may hold dashes, a context not
+
+
+def job_seconds(sp: dict, card: str, rung: str | None, seen: dict) -> dict[str, float]:
+    """Measured seconds, by rule, of the jobs behind the walk's figures on one rung (its quantize, its
+    passes on the accepted corpora, its generation and scoring of the accepted benchmarks), or, with
+    ``rung`` None, of the shared ones (the reference's log-probs on those corpora, the reference's
+    task points). ``seen``: ``benchmark_files``."""
+    fam, kv = sp["family"], sp["kv"]
+    corpora = {f["corpus"] for f in sp["figures"] if f["benchmark"] == "perplexity"}
+    tasks = {f["benchmark"] for f in sp["figures"] if f["benchmark"] != "perplexity"}
     out: dict[str, float] = {}
-    for rule, rel in seen_files:
-        parts = rel.split("/")
-        if rule == "quantize" and parts[:2] == [family, rung]:
-            out[rule] = out.get(rule, 0.0) + seen_files[(rule, rel)]
-        elif parts[:4] == [card, family, rung, kv] or parts[:5] == [card, "points", family, rung, kv]:
-            out[rule] = out.get(rule, 0.0) + seen_files[(rule, rel)]
+    for (rule, rel), sec in seen.items():
+        p = rel.split("/")
+        if rung is None:
+            hit = ((rule == "reference_logits" and p[:2] == [card, fam] and _pass_corpus(p[-1]) in corpora)
+                   or (rule in ("generate", "score") and p[:5] == [card, "points", fam, sp["reference"], kv]
+                       and p[-1] in tasks))
+        else:
+            hit = ((rule == "quantize" and p == [fam, rung])
+                   or (rule == "perplexity" and rung != sp["reference"] and p[:4] == [card, fam, rung, kv]
+                       and _pass_corpus(p[-1]) in corpora)  # the reference's pass is no figure of the walk
+                   or (rule in ("generate", "score") and p[:5] == [card, "points", fam, rung, kv] and p[-1] in tasks))
+        if hit:
+            out[rule] = out.get(rule, 0.0) + sec
     return out
 
 
@@ -533,23 +550,23 @@ def cost(state: dict, card: str, root: str | Path = ".") -> dict:
     seen = benchmark_files(root)
     visited = [v["rung"] for v in state["visited"]]
     order = state.get("order") or []
-    per = {r: _job_seconds(seen, card, sp["family"], r, sp["kv"]) for r in order}
+    per = {r: job_seconds(sp, card, r, seen) for r in order}
     measured_s = sum(s for r in visited for rule, s in per[r].items() if rule != "quantize")
     quantize_s = sum(per[r].get("quantize", 0.0) for r in order)
-    ref_s = sum(_job_seconds(seen, card, sp["family"], sp["reference"], sp["kv"]).values())
+    shared_s = sum(job_seconds(sp, card, None, seen).values()) + sum(job_seconds(sp, card, sp["reference"], seen).values())
     rules = sorted({rule for r in visited for rule in per[r] if rule != "quantize"})
-    median = {rule: statistics.median([per[r][rule] for r in visited if rule in per[r]] or [0.0]) for rule in rules}
+    median = {rule: statistics.median([per[r][rule] for r in visited if rule in per[r]]) for rule in rules}
     rest = [r for r in order if r not in visited]
     measured_rest = sum(s for r in rest for rule, s in per[r].items() if rule != "quantize")
     estimated_rest = sum(median[rule] for r in rest for rule in rules if rule not in per[r])
-    walk_h = (measured_s + quantize_s + ref_s) / 3600
-    full_h = (measured_s + measured_rest + estimated_rest + quantize_s + ref_s) / 3600
+    walk_h = (measured_s + quantize_s + shared_s) / 3600
+    full_h = (measured_s + measured_rest + estimated_rest + quantize_s + shared_s) / 3600
     return {"points_measured": len(visited), "points_full_ladder": len(order),
             "walk_job_hours": round(walk_h, 5), "full_ladder_job_hours": round(full_h, 5),
             "full_ladder_estimated_job_hours": round(estimated_rest / 3600, 5),
-            "how": ("Snakemake's benchmark files of the jobs behind the walk's figures (measured), the reference's "
-                    "and every candidate's quantize counted in both; a rung not measured is priced at the median of "
-                    "the measured rungs' jobs per rule (the estimated part)")}
+            "how": ("Snakemake's benchmark files of the jobs behind the walk's figures (measured); the reference's "
+                    "jobs and every candidate's quantize counted in both; a rung not measured is priced at the median "
+                    "of the measured rungs' jobs per rule (the estimated part)")}
 
 
 def format_text(result: dict) -> str:
