@@ -2,7 +2,7 @@
 """Find my rung against the full ladder, on the embedded default (docs/find.md).
 
 In a scratch working directory (or --workdir, which a second run reuses), with the default config
-and its `find:` section (or --accept / --family / --mem / --ctx over it):
+and the search of config/examples/find.yaml (or --accept / --family / --mem / --ctx over it):
 
 1. `snakemake results/<card>/find/<family>.json`: the walk, measuring only the rungs it visits;
 2. the full ladder on the same items: every candidate's figure files (the walk's points reused);
@@ -61,9 +61,7 @@ def main() -> None:
     ap.add_argument("--workdir", help="working directory (default: a new temporary one)")
     ap.add_argument("--cores", default="2")
     a = ap.parse_args()
-    base = load_config()
-    find = dict(base.get("find") or {"family": "smollm2-135m-instruct", "mem": "8GiB", "ctx": "16k",
-                                     "accept": "kld:manual-es<=0.1"})
+    find = dict(yaml.safe_load((REPO / "config" / "examples" / "find.yaml").read_text())["find"])
     find.update({k: v for k, v in (("accept", a.accept), ("family", a.family), ("mem", a.mem), ("ctx", a.ctx)) if v})
     workdir = Path(a.workdir or tempfile.mkdtemp(prefix="find-cost-"))
     workdir.mkdir(parents=True, exist_ok=True)
