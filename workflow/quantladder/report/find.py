@@ -48,7 +48,8 @@ def find_section(finds: list[dict], card: str) -> str:
                    f"table-find-{card}-{r['family']}") if rows else ""
         path = " → ".join(f"{esc(p['rung'])} {_verdict(p['verdict'])}" for p in r["path"]) or "nothing measured"
         lv = r.get("levels") or {}
-        how = (f"<p class=\"how\">Path walked: {path}. Reference {esc(r['reference'])}; the walk's claims hold at "
+        how = (f"<p class=\"how\">Path walked: {path}. Task figures against {esc(r['reference'])}, KLD and the PPL "
+               "ratio against the family's stored reference log-probs; the walk's claims hold at "
                f"one-sided α = {r['alpha']:g} over every rung and figure it looked at (down from the start, a fixed "
                f"sequence at {lv.get('down', r['alpha']):g} per rung"
                + (f"; up, Bonferroni over the {lv['k_up']} rungs above the start, {lv['up']:.3g} each" if lv.get("k_up")
