@@ -13,6 +13,7 @@ It prints both answers and what each cost: rungs measured and the job-hours of S
 files (the full ladder's measured, not estimated, once step 2 ran).
 
     .venv/bin/python benchmarks/find_cost.py [--accept "kld:manual-es<=0.1"] [--workdir DIR] [--cores 2]
+        [--mtime-only]
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ from quantladder.progress import load_config  # noqa: E402
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 
-def _snakemake(workdir: Path, configfile: Path, cores: str, *targets: str) -> None:
+def _snakemake(workdir: Path, configfile: Path, a, *targets: str) -> None:
     cmd = [SNAKEMAKE, *targets, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-           "--cores", cores, "--configfile", str(configfile)]
+           "--cores", a.cores, *(["--rerun-triggers", "mtime"] if a.mtime_only else []), "--configfile", str(configfile)]
     env = {**os.environ, "PYTHONPATH": str(REPO / "workflow")}
     subprocess.run(cmd, check=True, env=env)
 
@@ -60,6 +61,8 @@ def main() -> None:
     ap.add_argument("--ctx")
     ap.add_argument("--workdir", help="working directory (default: a new temporary one)")
     ap.add_argument("--cores", default="2")
+    ap.add_argument("--mtime-only", action="store_true",
+                    help="rerun by file times only (a workdir copied from another run, without its .snakemake)")
     a = ap.parse_args()
     find = dict(yaml.safe_load((REPO / "config" / "examples" / "find.yaml").read_text())["find"])
     find.update({k: v for k, v in (("accept", a.accept), ("family", a.family), ("mem", a.mem), ("ctx", a.ctx)) if v})
@@ -72,14 +75,14 @@ def main() -> None:
     card = qcard.label(cfg.get("card"))
     target = qfind.ANSWER.format(card=card, family=sp.family)
 
-    _snakemake(workdir, over, a.cores, target)
+    _snakemake(workdir, over, a, target)
     walk = read_json(workdir / target)
     visited = [p["rung"] for p in walk["path"]]
     fit = [c["rung"] for c in walk["candidates"] if c["fits"]]
     walk_h = _job_hours(sp.as_dict(), card, visited, fit, workdir)
 
     files = [p for r in fit for p in qfind.figure_files(sp, cfg, card, r)] + qfind.reference_files(sp, cfg, card)
-    _snakemake(workdir, over, a.cores, *files)
+    _snakemake(workdir, over, a, *files)
     infos = {r: read_json(workdir / qfind.sidecar(cfg, sp.family, r))["info"] for r in (*sp.rungs, sp.reference)}
     full = qfind.fixed_sequence(sp, cfg, card, infos, workdir)
     replayed = qfind.answer(qfind.replay(sp, cfg, card, infos, workdir))
