@@ -32,14 +32,21 @@ already exist, for a full ladder) both call it.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import os
 import re
 import statistics
+import subprocess
+import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+import yaml
+
 from . import benchmarks, catalog  # noqa: F401  -- catalog: every figure declared before one is looked up
+from . import card as qcard
 from . import config as qconfig
 from . import deltas
 from . import metrics as qmetrics
@@ -47,9 +54,14 @@ from . import status as qstatus
 from . import targets as qtargets
 from . import timings
 from .errors import ConfigError, DataError, QuantladderError
-from .io import hash_obj, read_json, read_jsonl
+from .dataset_view import fmt_bytes
+from .gguf_meta import GGUFInfo
+from .io import atomic_path, hash_obj, read_json, read_jsonl
+from .kv_policy import parse_kv
 from .measures.perplexity import pass_name, passes
+from .progress import load_config
 from .recommend import parse_bytes, parse_ctx
+from .scriptutil import SNAKEFILE
 from .stats import noninferiority as ni
 
 log = logging.getLogger(__name__)
@@ -341,9 +353,6 @@ def candidates(sp: Spec, infos: dict[str, dict]) -> list[dict]:
     with its memory at the stated context: weights + KV cache (GGUF metadata; compute buffers are not in
     a file's metadata and are left out, said so in the answer). A rung with as many bits as the
     reference saves nothing and is dropped."""
-    from .gguf_meta import GGUFInfo
-    from .kv_policy import parse_kv
-
     type_k, type_v = parse_kv(sp.kv)
     ref_bpw = infos[sp.reference]["bits_per_weight"]
     out = []
@@ -571,8 +580,6 @@ def cost(state: dict, card: str, root: str | Path = ".") -> dict:
 
 def format_text(result: dict) -> str:
     """The answer in a few lines (the rule's log, the command line)."""
-    from .dataset_view import fmt_bytes
-
     head = (f"find {result['family']} (reference {result['reference']}, {result['mem']} at {result['ctx']} tokens, "
             f"accept {', '.join(result['accept'])}, one-sided α {result['alpha']:g}):")
     lines = [head, f"  answer: {result['rung'] or result['verdict']}: {result['why']}"]
@@ -592,18 +599,6 @@ def format_text(result: dict) -> str:
 def run_cli(args) -> int:
     """``quantladder find``: the request checked against the config first (errors name find.<key>), then
     Snakemake makes the answer's target with the request laid over the config (docs/find.md)."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    import yaml
-
-    from . import card as qcard
-    from .io import atomic_path
-    from .progress import load_config
-    from .scriptutil import SNAKEFILE
-
     request = {"find": {"family": args.family, "mem": args.mem, "ctx": args.ctx, "accept": args.accept,
                         "reference": args.reference, "kv": args.kv, "start": args.start, "alpha": args.alpha,
                         "rungs": [r.strip() for r in args.rungs.split(",") if r.strip()] if args.rungs else None}}
