@@ -19,6 +19,7 @@ include: "rules/tasks.smk"
 include: "rules/fidelity.smk"
 include: "rules/aggregate.smk"
 include: "rules/recommend.smk"
+include: "rules/find.smk"
 include: "rules/cluster.smk"
 
 

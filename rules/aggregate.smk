@@ -41,6 +41,7 @@ rule curves:
 rule report:
     input:
         "results/{card}/points.parquet",
+        finds=get_find_answers,
     output:
         report(
             "results/{card}/report.html",

@@ -5,7 +5,7 @@ from quantladder.scriptutil import main, mock_from_argv
 
 
 def run(smk):
-    report.build(smk.input[0], smk.output[0], card=smk.wildcards.card)
+    report.build(smk.input[0], smk.output[0], card=smk.wildcards.card, finds=list(smk.input.finds))
 
 
 if __name__ == "__main__":

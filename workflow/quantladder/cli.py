@@ -10,6 +10,10 @@
     quantladder report results/<card>/points.parquet results/<card>/report.html [--card NAME]
     quantladder plan --detect 2 --dataset results/<card>/points.parquet [--power 0.8] [--alpha 0.05]
         [--config config/config.yaml] [--comparisons M] [--card NAME] [--json]
+    quantladder find --family F --mem 8GiB --ctx 16k --accept "kld:manual-es<=0.05, tasks>=-2pt"
+        [--reference Q8_0] [--rungs A,B] [--start Q4_K_M] [--alpha 0.025] [--kv f16]
+        [--configfile FILE] [--directory DIR] [--cores N] [--dry-run] [--json]
+        (the walk down one family's ladder, run by Snakemake: the options are the config's `find:` keys)
     quantladder schema
 
 Exit status: 0 answered, 1 error in the request or the data, 2 infeasible (the message says why).
@@ -71,6 +75,25 @@ def parser() -> argparse.ArgumentParser:
                      help="a config laid over config/config.yaml, as Snakemake's --configfile (repeatable)")
     rep.add_argument("--directory", default=".", help="the run's working directory (where results/ is)")
     sub.add_parser("schema", help="print the dataset's documented schema (Markdown)")
+    fd = sub.add_parser("find", help="walk one family's ladder down to the smallest rung shown to lose no more "
+                        "than accepted (docs/find.md); each option sets the config's find.<key>")
+    fd.add_argument("--family", required=True)
+    fd.add_argument("--mem", required=True, help="memory budget: 8GiB, 16000MiB, 24GB (decimal) or bytes")
+    fd.add_argument("--ctx", required=True, help="context actually used, tokens (16384 or 16k)")
+    fd.add_argument("--accept", required=True, action="append", metavar="FIGURES",
+                    help="losses accepted, comma-separated: BENCH[:METRIC]>=-2pt, kld:CORPUS<=NATS, "
+                         "ppl_ratio:CORPUS<=RATIO (repeatable)")
+    fd.add_argument("--reference", help="the task figures' reference rung (default Q8_0)")
+    fd.add_argument("--rungs", help="candidate rungs, comma-separated (default: the family's ladder)")
+    fd.add_argument("--start", help="where the walk starts (default Q4_K_M, or the nearest candidate)")
+    fd.add_argument("--alpha", type=float, help="one-sided level over the whole walk (default 0.025)")
+    fd.add_argument("--kv", help="KV-cache type (default: the family's first)")
+    fd.add_argument("--configfile", action="append", default=[], metavar="FILE",
+                    help="a config laid over config/config.yaml, as Snakemake's --configfile (repeatable)")
+    fd.add_argument("--directory", default=".", help="the run's working directory (where results/ is)")
+    fd.add_argument("--cores", default="all", help="Snakemake's --cores (default all)")
+    fd.add_argument("--dry-run", action="store_true", help="print what the walk's first steps would run")
+    fd.add_argument("--json", action="store_true", help="print the answer as JSON")
     pl = sub.add_parser("plan", help="items needed to detect a loss, and what a plan costs in job-hours")
     pl.add_argument("--detect", required=True, type=float, help="loss to detect, in percentage points (e.g. 2)")
     pl.add_argument("--dataset", required=True, help="points.parquet of one card")
@@ -110,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
             print(progress.summary_text(pend))
             print(f"wrote {parquet}\nwrote {html}")
             return 0
+        if args.cmd == "find":
+            from . import find as qfind
+
+            return qfind.run_cli(args)
         if args.cmd == "plan":
             from . import plan as qplan
 

@@ -151,8 +151,9 @@ def _kind(ref: list[dict], rung: list[dict]) -> str:
     return "score" if both and all(v.get("score") is not None for v in both) else "binary"
 
 
-def item_delta(bench, ref_verdicts: list[dict], rung_verdicts: list[dict], ref_row: dict, row: dict):
-    """The PairedDelta of one item-paired row, or the reason there is none (a string)."""
+def item_delta(bench, ref_verdicts: list[dict], rung_verdicts: list[dict], ref_row: dict, row: dict,
+               level: float = 1 - ALPHA):
+    """The PairedDelta of one item-paired row (its interval at ``level``), or the reason there is none."""
     subset, n_ctx = row.get("subset"), row.get("n_ctx")
     a = _selection(ref_verdicts, subset, n_ctx)
     b = _selection(rung_verdicts, subset, n_ctx)
@@ -170,12 +171,12 @@ def item_delta(bench, ref_verdicts: list[dict], rung_verdicts: list[dict], ref_r
         if pairs.n == 0:
             return "the two points have no item in common"
         if wa is None:
-            return stats.paired_delta(pairs)
+            return stats.paired_delta(pairs, level=level)
         common = set(pairs.item_ids)
         w = weigh([v for v in a if str(v["item_id"]) in common])
         if isinstance(w, str) or w is None:
             return f"the {name} are not defined on the items both points have"
-        return stats.paired_delta(pairs, weights=w, stratify=True)
+        return stats.paired_delta(pairs, weights=w, stratify=True, level=level)
     return "no weighting of the items reproduces both points' figures from their verdicts"
 
 
@@ -186,12 +187,12 @@ def _identity(m: Metric) -> float:
     return 100.0 if m.unit == "%" and m.higher_is_better else 0.0
 
 
-def token_delta(row: dict) -> stats.FigureDelta | str:
+def token_delta(row: dict, level: float = 1 - ALPHA) -> stats.FigureDelta | str:
     m = metrics.get(row["metric"])
     if _nan(row.get("stderr")):
         return "the figure carries no standard error"
     return stats.figure_delta(float(row["value"]) - _identity(m), float(row["stderr"]), int(row.get("n") or 0),
-                              unit=m.unit, higher_is_better=bool(m.higher_is_better))
+                              unit=m.unit, higher_is_better=bool(m.higher_is_better), level=level)
 
 
 # ------------------------------------------------------------------------------------------ noise floor

@@ -14,6 +14,7 @@ from .. import dataset_view as dv
 from ..errors import DataError
 from ..io import atomic_path
 from . import answer, crosscard, family, fidelity, figures, longctx, losses, matrix_findings, pareto, tables
+from . import find as findview
 from .figures import Figures
 from .markup import badge, esc
 from .pending import CSS as PENDING_CSS
@@ -69,6 +70,7 @@ class View:
     card: str | None = None
     d: pd.DataFrame | None = None
     pending: Pending | None = None
+    finds: tuple = ()  # the walks' answers (quantladder.find), shown first on the answer screen
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ LAYOUTS = {
 # The report's sections in the page's order: the contents and the headings both come from here.
 SECTIONS = (
     Section("answer", "the answer", "the answer", "screen",
-            lambda v: answer.answer_section(v.d, v.card, v.pending), parts=(
+            lambda v: findview.find_section(v.finds, v.card) + answer.answer_section(v.d, v.card, v.pending), parts=(
                 Section("losesfirst", "where each rung loses first",
                         "Where each rung loses first <small>(paired loss per domain against the reference, "
                         "95 % intervals)</small>", "h3", lambda v: losses.losses_section(v.d)),
@@ -187,13 +189,14 @@ def card_section(v: View) -> str:
 
 
 def render(df: pd.DataFrame, card: str | None = None, source: str = "points.parquet",
-           pending: dict | None = None) -> str:
+           pending: dict | None = None, finds: list[dict] | None = None) -> str:
     """The report's HTML for ``card`` (None: every card in the dataset, one section each).
 
     Each card opens with the answer (the family tables of headline figures with their paired deltas,
     intervals and verdicts, the noise floor, the items a 2-point loss needs, the recommendation at common
     budgets), then the tables, then the plots, folded. ``pending``: what the card's run still lacks
-    (report.pending); with nothing missing the report is the full run's."""
+    (report.pending); with nothing missing the report is the full run's. ``finds``: the answers of
+    the ladder walks (quantladder.find), first on their card's answer screen."""
     cards = sorted(df["card"].dropna().unique())
     if card is not None and card not in cards:
         raise DataError(f"card {card!r} is not in the dataset (cards: {cards})")
@@ -202,7 +205,7 @@ def render(df: pd.DataFrame, card: str | None = None, source: str = "points.parq
     if partial is not None and len(shown) > 1:
         raise DataError(f"what a run lacks is one card's: name the card (cards: {cards})")
     page = View(Figures(), df, cards, shown)
-    views = [View(page.F, df, cards, shown, c, df[df["card"] == c], partial) for c in shown]
+    views = [View(page.F, df, cards, shown, c, df[df["card"] == c], partial, tuple(finds or ())) for c in shown]
     title = f"quantladder report: {', '.join(shown)}"
     body = [f"<h1>{esc(title)}</h1>", "" if partial is None else banner(partial),
             f'<p class="meta">Built from <code>{esc(source)}</code> alone ({len(df)} rows). Every figure carries its '
@@ -227,14 +230,15 @@ def render_nothing_yet(card: str, pending: dict) -> str:
 
 
 def build(points_parquet: str | Path, out_html: str | Path, card: str | None = None,
-          pending: dict | None = None) -> Path:
+          pending: dict | None = None, finds: list | None = None) -> Path:
     """Write the HTML report for ``card`` (None: all cards) from the dataset at ``points_parquet``;
-    ``pending``: what the card's run still lacks (see ``render``)."""
+    ``pending``: what the card's run still lacks (see ``render``); ``finds``: the find rule's answer
+    files to show first."""
     df = dv.load(points_parquet)
     if df.empty and (pending is None or card is None):
         raise DataError(f"dataset {points_parquet} holds no rows: nothing to report")
     text = (render_nothing_yet(card, pending) if df.empty
-            else render(df, card, source=str(points_parquet), pending=pending))
+            else render(df, card, source=str(points_parquet), pending=pending, finds=findview.load(finds)))
     with atomic_path(out_html) as tmp:
         tmp.write_text(text, encoding="utf-8")
     log.info("report: wrote %s", out_html)

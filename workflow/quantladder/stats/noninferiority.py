@@ -62,7 +62,7 @@ def _finite(x) -> bool:
 
 
 def items_needed(tolerance: float, unit: str, delta: float, stderr: float | None, n: int | None, *,
-                 power: float = POWER) -> int | None:
+                 power: float = POWER, alpha: float = ALPHA) -> int | None:
     """Items a paired run needs to show a figure within ``tolerance`` of its reference with ``power``
     when it truly equals it, planned from the spread this run measured.
 
@@ -71,22 +71,23 @@ def items_needed(tolerance: float, unit: str, delta: float, stderr: float | None
     ``power.items_needed``: exact McNemar at the flip rate ψ = n·SE² + Δ² (shares), which is the
     measured flip rate for a binary figure and the second moment of the per-item difference for a
     partial-credit or weighted one. Other units scale the measured standard error: n·((z+z)·SE/T)².
-    None without n or a standard error.
+    ``alpha``: the two-sided level whose one-sided half each claim is tested at (a walk that splits
+    its level asks at its own). None without n or a standard error.
     """
     if not (_finite(stderr) and n and n > 0 and tolerance > 0):
         return None
     if unit == "%":
         psi = min(1.0, n * (stderr / 100) ** 2 + ((delta or 0.0) / 100) ** 2)
-        return _mcnemar_items(min(tolerance / 100, 1.0), round(psi, 4), power)
+        return _mcnemar_items(min(tolerance / 100, 1.0), round(psi, 4), power, alpha)
     if stderr == 0:
         return None
-    return int(math.ceil(n * (qpower.normal_detectable(stderr, alpha=ALPHA, power=power) / tolerance) ** 2))
+    return int(math.ceil(n * (qpower.normal_detectable(stderr, alpha=alpha, power=power) / tolerance) ** 2))
 
 
 @lru_cache(maxsize=256)
-def _mcnemar_items(loss: float, psi: float, power: float) -> int:
+def _mcnemar_items(loss: float, psi: float, power: float, alpha: float = ALPHA) -> int:
     """Cached: a ladder asks the same plan for many figures (ψ rounded to 10⁻⁴), and each costs ~0.1 s."""
-    return qpower.items_needed(loss, psi, alpha=ALPHA, power=power)[0]
+    return qpower.items_needed(loss, psi, alpha=alpha, power=power)[0]
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,7 @@ class Decision:
     items_needed: int | None  # UNDETERMINED only
     reached: bool = True  # False: an earlier rung of the sequence was not shown non-inferior
     stopped_at: str | None = None  # that rung
+    alpha: float = ALPHA  # the interval is the two-sided 1 − alpha one (each bound one-sided alpha/2)
 
     @property
     def bound(self) -> float:
@@ -135,7 +137,7 @@ class Decision:
     def text(self) -> str:
         t = self.tolerance
         side = f"≥ {self._u(-t)}" if self.higher_is_better else f"≤ {self._u(t)}"
-        ci = f"Δ {self._u(self.delta)} (95 % CI {self._u(self.ci_low)}…{self._u(self.ci_high)}"
+        ci = f"Δ {self._u(self.delta)} ({100 * (1 - self.alpha):.4g} % CI {self._u(self.ci_low)}…{self._u(self.ci_high)}"
         ci += f", n = {self.n})" if self.n else ")"
         if self.state == NONINFERIOR:
             out = f"shown within {self._u(t, False)} of the reference: {ci}, its bound {self._u(self.bound)} {side}"
@@ -153,8 +155,9 @@ class Decision:
 
 
 def decide(delta, ci_low, ci_high, *, tolerance: float, higher_is_better: bool, unit: str,
-           stderr=None, n=None) -> Decision | None:
-    """The decision on one paired figure; None without a paired interval (no comparison to decide on)."""
+           stderr=None, n=None, alpha: float = ALPHA) -> Decision | None:
+    """The decision on one paired figure; None without a paired interval (no comparison to decide on).
+    ``alpha``: the two-sided level of the interval given (its bad-side bound is a one-sided alpha/2 test)."""
     if not (_finite(delta) and _finite(ci_low) and _finite(ci_high)):
         return None
     t = float(tolerance)
@@ -164,8 +167,8 @@ def decide(delta, ci_low, ci_high, *, tolerance: float, higher_is_better: bool, 
     else:
         state = NONINFERIOR if hi <= t else INFERIOR if lo > t else UNDETERMINED
     n = int(n) if _finite(n) else None
-    need = items_needed(t, unit, float(delta), stderr, n) if state == UNDETERMINED else None
-    return Decision(state, t, unit, bool(higher_is_better), float(delta), lo, hi, n, need)
+    need = items_needed(t, unit, float(delta), stderr, n, alpha=alpha) if state == UNDETERMINED else None
+    return Decision(state, t, unit, bool(higher_is_better), float(delta), lo, hi, n, need, alpha=float(alpha))
 
 
 def walk(sequence: Sequence[tuple[str, Decision | None]]) -> list[Decision | None]:

@@ -1,0 +1,238 @@
+"""Find my rung (quantladder.find): the request's parsing and its errors, the walk's steps, and verdicts
+at the boundary of the accepted loss — with the multiplicity split — on bounds computed by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from quantladder import config as qconfig
+from quantladder import find as qfind
+from quantladder import metrics, stats
+from quantladder.cli import main as cli_main
+from quantladder.errors import ConfigError
+from quantladder.io import write_json, write_jsonl
+from quantladder.stats import noninferiority as ni
+
+FAM = "smollm2-135m-instruct"
+CARD = "cpu-test"
+Z = {0.025: 1.959963985, 0.0125: 2.241402728, 0.00625: 2.497705474}  # one-sided normal quantiles (R: qnorm)
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return qconfig.load()
+
+
+def _spec(cfg, **kw):
+    return qfind.spec(cfg, {"family": FAM, "mem": "8GiB", "ctx": "16k", "accept": "kld:manual-es<=0.1", **kw})
+
+
+# ------------------------------------------------------------------------------------------ the request
+
+def test_spec_defaults(cfg):
+    sp = _spec(cfg, accept="kld:manual-es<=0.05, ppl_ratio:prose-en<=1.05, tasks>=-2pt")
+    assert sp.reference == "Q8_0" and sp.start == "Q4_K_M" and sp.alpha == 0.025 and sp.kv == "f16"
+    assert sp.mem_bytes == 8 << 30 and sp.ctx == 16384
+    assert "Q8_0" not in sp.rungs and "F16" not in sp.rungs and "Q2_K" in sp.rungs
+    kld, ppl, task = sp.figures
+    assert (kld.metric, kld.corpus, kld.tolerance, kld.higher_is_better) == ("kld_mean", "manual-es", 0.05, False)
+    assert ppl.metric == "ln_ppl_ratio" and ppl.tolerance == pytest.approx(math.log(1.05))
+    assert (task.benchmark, task.metric, task.tolerance, task.higher_is_better) == ("tasks", "all_checks_pass", 2.0, True)
+    assert _spec(cfg, reference="F16").reference == "F16"
+    assert _spec(cfg).key != _spec(cfg, accept="kld:manual-es<=0.2").key  # a changed bound reruns the walk
+
+
+@pytest.mark.parametrize("section, message", [
+    ({"family": "nope"}, "find.family: 'nope' is not a family"),
+    ({"mem": None}, "find.mem: required"),
+    ({"mem": "8 parsecs"}, "find.mem: cannot read memory size"),
+    ({"ctx": "long"}, "find.ctx: cannot read context length"),
+    ({"accept": "kld:wiki-en<=0.1"}, "find.accept: 'kld:wiki-en<=0.1': 'wiki-en' is not a corpus of measures.perplexity"),
+    ({"accept": "kld<=0.1"}, "name the corpus"),
+    ({"accept": "kld:manual-es>=0.1"}, "an upper one"),
+    ({"accept": "kld:manual-es<=0"}, "must be > 0 nats"),
+    ({"accept": "ppl_ratio:manual-es<=0.9"}, "must be > 1"),
+    ({"accept": "tasks:accuracy>=-2pt"}, "tasks has no paired figure 'accuracy' (its figures: ['all_checks_pass']"),
+    ({"accept": "tasks>=2pt"}, "a task loss is a lower bound below zero"),
+    ({"accept": "bfcl_v9>=-2"}, "'bfcl_v9' is no task benchmark switched on"),
+    ({"accept": "kld:manual-es<=0.1, kld:manual-es<=0.2"}, "a figure is named twice"),
+    ({"accept": "loss under two"}, "cannot read 'loss under two'"),
+    ({"reference": "Q3_K_S"}, "find.reference: 'Q3_K_S' is not a rung"),
+    ({"rungs": ["Q9_K"]}, "find.rungs: ['Q9_K'] not in"),
+    ({"rungs": ["Q8_0"]}, "find.rungs: no candidate below the reference Q8_0"),
+    ({"alpha": 0.7}, "find.alpha: a one-sided level in (0, 0.5)"),
+    ({"kv": "q4_0"}, "find.kv: 'q4_0' is not a KV type"),
+    ({"colour": "red"}, "find: unknown keys ['colour']"),
+])
+def test_spec_errors_name_the_key(cfg, section, message):
+    base = {"family": FAM, "mem": "8GiB", "ctx": "16k", "accept": "kld:manual-es<=0.1"}
+    with pytest.raises(ConfigError) as e:
+        qfind.spec(cfg, {**base, **section})
+    assert message in str(e.value)
+
+
+def test_cli_errors_name_the_key(tmp_path, capsys):
+    rc = cli_main(["find", "--family", FAM, "--mem", "8GiB", "--ctx", "16k", "--accept", "kld:nowhere<=0.1",
+                   "--directory", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 1 and "quantladder find:" in err and "find.accept: 'kld:nowhere<=0.1'" in err
+    rc = cli_main(["find", "--family", FAM, "--mem", "lots", "--ctx", "16k", "--accept", "kld:manual-es<=0.1",
+                   "--directory", str(tmp_path)])
+    assert rc == 1 and "find.mem: cannot read memory size 'lots'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # argparse: a required option missing
+        cli_main(["find", "--family", FAM, "--mem", "8GiB", "--ctx", "16k"])
+
+
+# ------------------------------------------------------------------------------------------ the walk
+
+def _state(cfg, n=6, start="R2", fits=None, alpha=0.025):
+    """A walk over rungs R0 (most bits) ... R{n-1}, from sidecar infos made by hand."""
+    sp = qfind.Spec(FAM, "REF", 1 << 30, "1GiB", 4096, "f16", (), tuple(f"R{i}" for i in range(n)), start, alpha)
+    cands = [{"rung": f"R{i}", "order": i, "bits_per_weight": 8.0 - i, "weights_bytes": 100, "kv_bytes": 10,
+              "predicted_bytes": 110, "fits": True if fits is None else fits[i]} for i in range(n)]
+    return qfind.start(sp, cands)
+
+
+def _ev(rung, verdict, alpha):
+    return {"rung": rung, "alpha": alpha, "interval_level": 1 - 2 * alpha, "verdict": verdict, "figures": []}
+
+
+def _run(state, verdicts: dict):
+    while not state["done"]:
+        r = state["next"]
+        state = qfind.advance(state, _ev(r, verdicts[r], qfind.level_of(state, r)))
+    return state, qfind.answer(state)
+
+
+A, N, U = qfind.ACCEPTABLE, qfind.NOT_ACCEPTABLE, qfind.UNDETERMINED
+
+
+def test_walk_down_stops_at_first_rung_not_shown_and_measures_the_one_below(cfg):
+    st = _state(cfg)
+    assert st["next"] == "R2" and st["levels"] == {"down": 0.0125, "up": 0.0125 / 2, "k_up": 2}
+    st, a = _run(st, {"R2": A, "R3": A, "R4": N, "R5": A})  # R5 (non-monotone) is never visited
+    assert [p["rung"] for p in a["path"]] == ["R2", "R3", "R4"]
+    assert a["verdict"] == A and a["rung"] == "R3" and a["below"] == "R4"
+    assert a["below_evidence"]["verdict"] == N and all(p["alpha"] == 0.0125 for p in a["path"])
+
+
+def test_walk_up_when_start_not_shown(cfg):
+    st, a = _run(_state(cfg), {"R2": N, "R1": U, "R0": A})
+    assert [(p["rung"], p["alpha"]) for p in a["path"]] == [("R2", 0.0125), ("R1", 0.00625), ("R0", 0.00625)]
+    assert a["rung"] == "R0" and a["below"] == "R1" and "undetermined" in a["why"]
+
+
+def test_walk_undetermined_and_none(cfg):
+    _, a = _run(_state(cfg), {"R2": U, "R1": U, "R0": N})
+    assert a["verdict"] == U and a["rung"] is None and set(a["undetermined"]) == {"R2", "R1"}
+    _, a = _run(_state(cfg), {"R2": N, "R1": N, "R0": N})
+    assert a["verdict"] == "none acceptable" and a["rung"] is None
+    _, a = _run(_state(cfg, start="R0"), {"R0": A, "R1": A, "R2": A, "R3": A, "R4": A, "R5": A})
+    assert a["rung"] == "R5" and a["below"] is None and a["levels"]["down"] == 0.025  # nothing above: all of α
+    st = _state(cfg, fits=[False] * 6)
+    assert st["done"] and qfind.answer(st)["verdict"] == "none fits"
+
+
+def test_start_nearest_fitting_candidate(cfg):
+    st = _state(cfg, start="R1", fits=[False, False, True, True, True, True])  # R1 does not fit: nearest in bits
+    assert st["order"] == ["R2", "R3", "R4", "R5"] and st["start"] == "R2" and st["levels"]["k_up"] == 0
+
+
+def test_candidates_ordered_by_measured_bits_and_memory(cfg):
+    sp = _spec(cfg, mem="100MiB", ctx=8192)
+    info = {"file_bytes": 0, "n_params": 1, "architecture": "llama", "file_type": "x", "n_layer": 30, "n_head": 9,
+            "n_head_kv": 3, "n_embd": 576, "head_dim_k": 64, "head_dim_v": 64, "n_ctx_train": 8192, "n_vocab": 1,
+            "has_chat_template": True, "tensor_types": {}, "path": "x"}
+    bits = {"Q8_0": 8.5, "Q4_K_M": 6.17, "Q4_K_M-imat": 6.17, "Q2_K": 5.14, "IQ4_XS": 5.3, "MXFP4": 5.15,
+            "Q2_K-attn8": 5.93}
+    infos = {r: {**info, "bits_per_weight": b, "tensor_bytes": int(b * 1e7)} for r, b in bits.items()}
+    c = qfind.candidates(sp, infos)
+    assert [x["rung"] for x in c] == ["Q4_K_M", "Q4_K_M-imat", "Q2_K-attn8", "IQ4_XS", "MXFP4", "Q2_K"]
+    kv = 30 * 3 * (64 * 2 + 64 * 2) * 8192  # layers x kv heads x (k + v dims x 2 bytes) x context
+    assert c[0]["kv_bytes"] == kv and c[0]["predicted_bytes"] == int(6.17e7) + kv
+    assert [x["fits"] for x in c] == [x["predicted_bytes"] <= 100 << 20 for x in c]
+
+
+# ------------------------------------------------------------------------------------------ verdicts at the bound
+
+def _kld_point(root, rung, value, se, n=1020):
+    row = metrics.row("kld_mean", value, stderr=se, n=n, subset="manual-es")
+    path = root / "results" / CARD / "points" / FAM / rung / "f16" / "perplexity" / "manual-es-n512" / "metrics.json"
+    path.parent.mkdir(parents=True)
+    write_json(path, {"benchmark": "perplexity", "status": "ok", "rows": [row]})
+
+
+@pytest.mark.parametrize("alpha", [0.025, 0.0125, 0.00625])
+def test_kld_bound_by_hand(cfg, tmp_path, alpha):
+    """Bound = KLD + z(α)·SE, by hand; acceptable only at or under the accepted loss."""
+    _kld_point(tmp_path, "Q4_K_M", 0.08, 0.01)
+    bound = 0.08 + Z[alpha] * 0.01
+    for tol, want in ((bound + 1e-6, A), (bound - 1e-6, U), (0.0799, U), (0.05, N)):
+        sp = _spec(cfg, accept=f"kld:manual-es<={tol!r}")
+        ev = qfind.evidence(sp, cfg, CARD, "Q4_K_M", alpha, tmp_path)
+        assert ev["verdict"] == want, (alpha, tol, ev)
+        assert ev["figures"][0]["bound"] == pytest.approx(bound, abs=1e-8)
+
+
+def test_split_level_refuses_what_the_unsplit_level_would_accept(cfg, tmp_path):
+    """KLD 0.08 ± 0.01 against 0.1 nats: shown at 2.5 % one-sided (bound 0.0996), not at the walk's
+    split 1.25 % (bound 0.1024), which applies when the walk may also step up."""
+    _kld_point(tmp_path, "Q4_K_M", 0.08, 0.01)
+    sp = _spec(cfg, accept="kld:manual-es<=0.1")
+    assert qfind.evidence(sp, cfg, CARD, "Q4_K_M", 0.025, tmp_path)["verdict"] == A
+    ev = qfind.evidence(sp, cfg, CARD, "Q4_K_M", 0.0125, tmp_path)
+    assert ev["verdict"] == U and "97.5 % CI" in ev["figures"][0]["text"]
+    # planned at the KLD measured: n·((z(1.25 %) + z(80 %))·SE / (T − KLD))², by hand
+    assert ev["figures"][0]["items_needed"] == math.ceil(1020 * ((Z[0.0125] + 0.841621234) * 0.01 / 0.02) ** 2)
+
+
+def test_every_figure_must_be_shown(cfg, tmp_path):
+    """The intersection–union test: one figure shown, one not, the rung is not acceptable."""
+    _kld_point(tmp_path, "Q4_K_M", 0.08, 0.01)
+    row = metrics.row("ln_ppl_ratio", 0.2, stderr=0.01, n=1020, subset="manual-es")
+    p = tmp_path / "results" / CARD / "points" / FAM / "Q4_K_M" / "f16" / "perplexity" / "manual-es-n512" / "metrics.json"
+    doc = {"benchmark": "perplexity", "status": "ok", "rows": [metrics.row("kld_mean", 0.08, stderr=0.01, n=1020,
+                                                                          subset="manual-es"), row]}
+    write_json(p, doc)
+    sp = _spec(cfg, accept="kld:manual-es<=0.2, ppl_ratio:manual-es<=1.1")
+    ev = qfind.evidence(sp, cfg, CARD, "Q4_K_M", 0.025, tmp_path)
+    assert [f["state"] for f in ev["figures"]] == [ni.NONINFERIOR, ni.INFERIOR] and ev["verdict"] == N
+
+
+def _task_point(root, rung, correct: list[bool]):
+    d = root / "results" / CARD / "points" / FAM / rung / "f16" / "tasks"
+    d.mkdir(parents=True)
+    verdicts = [{"item_id": f"i{i}", "correct": c, "subset": None, "degenerate": False} for i, c in enumerate(correct)]
+    write_jsonl(d / "verdicts.jsonl", verdicts)
+    value = 100.0 * sum(correct) / len(correct)
+    write_json(d / "metrics.json", {"benchmark": "tasks", "status": "ok",
+                                    "rows": [metrics.row("all_checks_pass", value, stderr=1.0, n=len(correct))]})
+    return verdicts
+
+
+def test_task_bound_at_the_boundary(cfg, tmp_path):
+    """Points of a task figure: the paired interval's lower bound (Tango's, at the walk's level) against
+    the accepted loss; acceptable exactly when −bound ≤ loss."""
+    ref = _task_point(tmp_path, "Q8_0", [True] * 30 + [False] * 10)
+    rung = _task_point(tmp_path, "Q4_K_M", [True] * 29 + [False] + [False] * 9 + [True])  # one loss, one gain
+    for alpha in (0.025, 0.0125):
+        lo = stats.compare(ref, rung, level=1 - 2 * alpha).ci_low
+        for loss, want in ((-lo + 1e-6, A), (-lo - 1e-6, U)):
+            sp = _spec(cfg, accept=f"tasks>=-{loss!r}pt")
+            ev = qfind.evidence(sp, cfg, CARD, "Q4_K_M", alpha, tmp_path)
+            assert ev["verdict"] == want and ev["figures"][0]["bound"] == pytest.approx(lo), (alpha, loss, ev)
+
+
+@pytest.mark.slow  # the producers' canned dataset takes minutes to make
+def test_report_first_screen_shows_the_answer(cfg, tmp_path, fixture_dataset):
+    from quantladder import report
+
+    _, a = _run(_state(cfg), {"R2": A, "R3": N})
+    write_json(tmp_path / "find.json", a)
+    html = report.build(fixture_dataset, tmp_path / "report.html", finds=[tmp_path / "find.json"]).read_text()
+    first = html.index('<section class="answer"')
+    assert first < html.index("Find my rung: smollm2-135m-instruct") < html.index("Per family and rung")
+    assert "<b>Run R2</b>" in html
+    assert "the rung below, R3, is shown not to be" in html and "Path walked: R2" in html

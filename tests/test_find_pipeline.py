@@ -1,0 +1,74 @@
+"""The find target under real Snakemake on the default family's ladder (SmolLM2-135M, seven rungs):
+only the rungs the walk visits are measured, the answer equals the full ladder's on the same tokens,
+and a second run does nothing. KLD on one corpus is the only figure accepted (the cheapest that runs
+the whole DAG: quantize, reference log-probs, perplexity passes, the checkpoints)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from scipy.stats import norm
+
+from pipeline_util import small_config, snakemake, write_config
+from quantladder import card as qcard
+from quantladder import find as qfind
+from quantladder.io import read_json
+
+FAM = "smollm2-135m-instruct"
+LADDER = ("Q8_0", "Q4_K_M", "Q4_K_M-imat", "Q2_K", "IQ4_XS", "MXFP4", "Q2_K-attn8")  # config/config.yaml's
+ACCEPT = "kld:manual-es<=0.2"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def walked(tmp_path_factory):
+    work = tmp_path_factory.mktemp("find")
+    cfg = small_config(rungs=LADDER)
+    cfg["measures"]["perplexity"].update(corpus="manual-es", corpora=["manual-es"])
+    cfg["quantize"]["imatrix_settings"] = {"n_ctx": 512, "chunks": 4}  # the matrix's cost, not its quality, here
+    cfg["find"] = {"family": FAM, "mem": "8GiB", "ctx": "16k", "accept": ACCEPT}
+    path = write_config(work, cfg)
+    card = qcard.label(cfg.get("card"))
+    target = qfind.ANSWER.format(card=card, family=FAM)
+    snakemake(work, target, config=path, timeout=3600)
+    return work, path, cfg, card, target
+
+
+def test_walk_measures_only_visited_rungs(walked):
+    work, _, cfg, card, target = walked
+    ans = json.loads((work / target).read_text())
+    visited = [p["rung"] for p in ans["path"]]
+    points = work / "results" / card / "points" / FAM
+    measured = sorted(p.name for p in points.iterdir() if (p / "f16" / "perplexity").exists())
+    assert measured == sorted(visited)  # the reference has no pass of its own: KLD reads its stored log-probs
+    assert ans["cost"]["points_measured"] == len(visited) < ans["cost"]["points_full_ladder"] == 6
+    assert ans["cost"]["walk_job_hours"] < ans["cost"]["full_ladder_job_hours"]
+    assert ans["verdict"] == "acceptable" and ans["rung"] in visited and ans["below"] in visited
+    assert ans["evidence"]["verdict"] == "acceptable" and ans["below_evidence"]["verdict"] != "acceptable"
+    f, level = ans["evidence"]["figures"][0], ans["evidence"]["alpha"]
+    assert level == ans["levels"]["down"] and f["bound"] <= 0.2  # the bound, by hand: KLD + z(level)·SE
+    assert f["bound"] == pytest.approx(f["value"] + norm.ppf(1 - level) * f["stderr"])
+    assert ans["memory"]["predicted_bytes"] == ans["memory"]["weights_bytes"] + ans["memory"]["kv_bytes"] < 8 << 30
+    for p in ans["path"]:  # each visited rung is an ordinary point with its manifest
+        assert (points / p["rung"] / "f16" / "perplexity" / "manual-es-n256" / "manifest.json").exists()
+
+
+def test_answer_equals_the_full_ladders(walked):
+    work, path, cfg, card, target = walked
+    ans = json.loads((work / target).read_text())
+    sp = qfind.spec(cfg)
+    # the full ladder on the same tokens: every candidate's pass
+    snakemake(work, *[qfind.figure_files(sp, cfg, card, r)[0] for r in sp.rungs], config=path, timeout=3600)
+    infos = {r: read_json(work / qfind.sidecar(cfg, FAM, r))["info"] for r in (*sp.rungs, sp.reference)}
+    full = qfind.fixed_sequence(sp, cfg, card, infos, work)
+    assert len(full["measured"]) == 6 and full["rung"] == ans["rung"]
+    assert qfind.answer(qfind.replay(sp, cfg, card, infos, work))["rung"] == ans["rung"]
+
+
+def test_second_run_does_nothing(walked):
+    work, path, _, _, target = walked
+    r = snakemake(work, "-n", target, config=path)
+    assert "Nothing to be done" in r.stdout + r.stderr

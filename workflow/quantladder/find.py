@@ -1,0 +1,624 @@
+"""Find my rung: the ladder walked for the user, down to the smallest rung shown to lose no more than
+they accept (docs/find.md).
+
+The procedure is the seeds' (start at Q4_K_M, Q8_0 as the reference, "if the difference on your tasks
+is acceptable, go down one level and repeat; if not, go up"), made a claim with a stated error rate:
+
+- **A rung is acceptable** when every accepted figure is *shown* within its bound
+  (``stats.noninferiority.decide``: the bad-side bound of the paired interval is within the accepted
+  loss). "Every figure" is an intersection–union test: the claim is rejected unless each figure's own
+  one-sided test rejects, and that test has level α with no correction over the figures (Berger 1982,
+  *Technometrics* 24:295–300; Berger & Hsu 1996, *Stat Sci* 11:283–319). A figure shown beyond its bound
+  makes the rung *not acceptable*; otherwise it is *undetermined*, with the items that would settle it.
+- **The walk's level** α (one-sided, ``find.alpha``, 0.025: the one-sided half of the project's 95 %
+  intervals) holds over every rung and figure it looks at. Going *down* from the start rung is a fixed
+  sequence (the start, then each rung below while the one above is shown acceptable): its claims need no
+  split along the way (Maurer, Hothorn & Lehmacher 1995; Westfall & Krishen 2001). Going *up* after the
+  start is not shown acceptable is no fixed sequence (each step up is a fresh chance of a false claim),
+  so the rungs above the start share their part of α by Bonferroni. When the walk can go up, the two
+  parts get α/2 each: down, each rung at α/2; up, each of the k rungs above the start at α/(2k). By the
+  union bound the chance of any false claim is at most α, whatever the losses along the ladder.
+- **Monotonicity** is assumed only for *where to look*: below the first rung not shown acceptable the
+  walk measures nothing, on the assumption that smaller rungs lose at least as much. Losses need not
+  fall with bits (IQ against K types, recipes), so the rung below the answer is always measured and its
+  evidence is part of the answer, and the answer says that the rungs below it were not visited.
+
+The state of a walk is a plain dict (one JSON file per step under ``results/<card>/find/<family>/``):
+the candidates in order of measured bits per weight, their memory at the stated context, the levels,
+the rungs visited with their evidence, and the next rung to measure. ``advance`` is the one step
+function; the Snakemake checkpoints (rules/find.smk) and ``replay`` (the same walk over points that
+already exist, for a full ladder) both call it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import yaml
+
+from . import benchmarks, catalog  # noqa: F401  -- catalog: every figure declared before one is looked up
+from . import card as qcard
+from . import config as qconfig
+from . import deltas
+from . import metrics as qmetrics
+from . import status as qstatus
+from . import targets as qtargets
+from . import timings
+from .errors import ConfigError, DataError, QuantladderError
+from .dataset_view import fmt_bytes
+from .gguf_meta import GGUFInfo
+from .io import atomic_path, hash_obj, read_json, read_jsonl
+from .kv_policy import parse_kv
+from .measures.perplexity import pass_name, passes
+from .progress import load_config
+from .recommend import parse_bytes, parse_ctx
+from .scriptutil import SNAKEFILE
+from .stats import noninferiority as ni
+
+log = logging.getLogger(__name__)
+
+START = "Q4_K_M"  # the seeds: "start at Q5_K_M or Q4_K_M"
+REFERENCE = "Q8_0"  # the seeds: "run your evaluation set against Q8_0 as the reference"
+ALPHA = ni.ALPHA / 2  # one-sided: the project's 95 % intervals' one side
+KEYS = ("family", "reference", "mem", "ctx", "kv", "accept", "rungs", "start", "alpha")
+ACCEPTABLE, NOT_ACCEPTABLE, UNDETERMINED = "acceptable", "not acceptable", "undetermined"
+STEP = "results/{card}/find/{family}/step{k}.json"
+ANSWER = "results/{card}/find/{family}.json"
+# what the token figures accept: the name a user writes -> (metric, what the bound is written in)
+TOKEN_FIGURES = {"kld": ("kld_mean", "nats"), "ppl_ratio": ("ln_ppl_ratio", "ratio")}
+_ACCEPT = re.compile(r"^\s*([A-Za-z_0-9]+)(?::([A-Za-z0-9._-]+))?\s*(<=|>=)\s*([+-]?(?:\d+\.?\d*|\.\d+))\s*"
+                     r"(pt|pts|points?|nats?|x)?\s*$")
+
+
+# ------------------------------------------------------------------------------------------ the request
+
+@dataclass(frozen=True)
+class Figure:
+    """One accepted loss: a figure of a benchmark (a corpus's pass for KLD / PPL ratio) and its bound."""
+
+    text: str  # as the user wrote it
+    benchmark: str  # "perplexity" or a task benchmark
+    metric: str
+    corpus: str | None
+    tolerance: float  # the loss accepted, in the metric's unit (> 0)
+    unit: str
+    higher_is_better: bool
+
+    @property
+    def key(self) -> str:
+        return f"{self.benchmark}:{self.metric}" + (f":{self.corpus}" if self.corpus else "")
+
+
+def parse_accept(text, cfg: dict, family: str, where: str = "find.accept") -> list[Figure]:
+    """``"tasks:all_checks_pass>=-2pt, kld:manual-es<=0.05, ppl_ratio:prose-en<=1.05"`` (or a list of
+    such) → the figures, each checked against the config (a corpus with a perplexity pass, a task
+    benchmark switched on for the family, a paired figure it declares)."""
+    parts = [p for t in ([text] if isinstance(text, str) else list(text or [])) for p in str(t).split(",")]
+    parts = [p.strip() for p in parts if p.strip()]
+    if not parts:
+        raise ConfigError(f"{where}: name at least one figure and its accepted loss, e.g. "
+                          "'kld:manual-es<=0.05' or 'tasks>=-2pt'")
+    out = []
+    for p in parts:
+        m = _ACCEPT.match(p)
+        if not m:
+            raise ConfigError(f"{where}: cannot read {p!r}: write BENCHMARK[:METRIC]>=-LOSSpt (a task figure, in "
+                              "points), kld:CORPUS<=NATS or ppl_ratio:CORPUS<=RATIO")
+        name, sub, op, value, unit = m.group(1), m.group(2), m.group(3), float(m.group(4)), m.group(5)
+        out.append(_token_figure(p, name, sub, op, value, cfg, where) if name in TOKEN_FIGURES
+                   else _task_figure(p, name, sub, op, value, unit, cfg, family, where))
+    keys = [f.key for f in out]
+    if len(set(keys)) != len(keys):
+        raise ConfigError(f"{where}: a figure is named twice ({keys})")
+    return out
+
+
+def _token_figure(p, name, corpus, op, value, cfg, where) -> Figure:
+    metric, unit = TOKEN_FIGURES[name]
+    if not corpus:
+        raise ConfigError(f"{where}: {p!r}: name the corpus, e.g. {name}:manual-es")
+    passes = [c for c, ctx in _short_passes(cfg)]
+    if corpus not in passes:
+        raise ConfigError(f"{where}: {p!r}: {corpus!r} is not a corpus of measures.perplexity (its passes: "
+                          f"{passes}); add it to measures.perplexity.corpora")
+    if op != "<=":
+        raise ConfigError(f"{where}: {p!r}: a {name} bound is an upper one: write {name}:{corpus}<=…")
+    if name == "ppl_ratio":
+        if not value > 1:
+            raise ConfigError(f"{where}: {p!r}: the accepted PPL ratio must be > 1 (e.g. 1.05: 5 % higher perplexity)")
+        tol = math.log(value)  # the figure compared is ln(PPL_rung / PPL_ref), paired per token
+    else:
+        if not value > 0:
+            raise ConfigError(f"{where}: {p!r}: the accepted KLD must be > 0 nats")
+        tol = value
+    return Figure(p, "perplexity", metric, corpus, tol, qmetrics.get(metric).unit, False)
+
+
+def _task_figure(p, bench, metric, op, value, unit, cfg, family, where) -> Figure:
+    on = qtargets.tasks(cfg)
+    if bench not in on:
+        raise ConfigError(f"{where}: {p!r}: {bench!r} is no task benchmark switched on (on: {on}; or kld / ppl_ratio)")
+    if not qconfig.task_runs_for(cfg, bench, family):
+        raise ConfigError(f"{where}: {p!r}: {bench} does not run for {family} (a chat exam on a base model)")
+    paired = [m for m in qmetrics.headlines(bench) if qmetrics.get(m).paired == "items"]
+    if metric is None:
+        if not paired:
+            raise ConfigError(f"{where}: {p!r}: {bench} declares no paired headline figure; name one")
+        metric = paired[0]
+    m = qmetrics.registry().get(metric)
+    if m is None or m.paired != "items" or bench not in m.writers:
+        known = sorted(x.name for x in qmetrics.registry().values() if x.paired == "items" and bench in x.writers)
+        raise ConfigError(f"{where}: {p!r}: {bench} has no paired figure {metric!r} (its figures: {known}; "
+                          f"{bench}>=… alone names its headline {paired[0] if paired else None})")
+    if op != ">=" or not value < 0:
+        raise ConfigError(f"{where}: {p!r}: a task loss is a lower bound below zero, in points: {bench}:{metric}>=-2pt")
+    if unit not in (None, "pt", "pts", "point", "points"):
+        raise ConfigError(f"{where}: {p!r}: a task figure's loss is in points (pt), not {unit}")
+    return Figure(p, bench, metric, None, -value, m.unit, True)
+
+
+def _short_passes(cfg: dict) -> list[tuple[str, str]]:
+    p = cfg["measures"]["perplexity"]
+    if not p.get("enabled", True) or not p.get("kld", True):
+        return []
+    return [(c, ctx) for c, ctx in passes(cfg) if ctx == f"n{int(p['n_ctx'])}"]
+
+
+@dataclass(frozen=True)
+class Spec:
+    family: str
+    reference: str
+    mem_bytes: int
+    mem: str
+    ctx: int
+    kv: str
+    figures: tuple[Figure, ...]
+    rungs: tuple[str, ...]  # the candidates as named (order decided by measured bits per weight)
+    start: str
+    alpha: float  # one-sided
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["figures"] = [asdict(f) | {"key": f.key} for f in self.figures]
+        return d
+
+    @property
+    def key(self) -> str:
+        """What the walk's every step depends on (a Snakemake param: a change reruns the walk)."""
+        return hash_obj(self.as_dict())[:16]
+
+
+def spec(cfg: dict, section: dict | None = None, where: str = "find") -> Spec:
+    """The search the config's ``find:`` section (or ``section``) asks for; errors name the key."""
+    s = cfg.get("find") if section is None else section
+    if not isinstance(s, dict):
+        raise ConfigError(f"{where}: a mapping with family, mem, ctx and accept, got {type(s).__name__}")
+    unknown = sorted(set(s) - set(KEYS))
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {unknown} (known: {list(KEYS)})")
+    for k in ("family", "mem", "ctx", "accept"):
+        if s.get(k) in (None, "", []):
+            raise ConfigError(f"{where}.{k}: required")
+    fam = str(s["family"])
+    fams = qconfig.families(cfg)
+    if fam not in fams:
+        raise ConfigError(f"{where}.family: {fam!r} is not a family of this config (families: {fams})")
+    ladder = qconfig.rungs(cfg, fam)
+    ref = str(s.get("reference") or (REFERENCE if REFERENCE in ladder else qconfig.reference_rung(cfg, fam)))
+    if ref not in ladder:
+        raise ConfigError(f"{where}.reference: {ref!r} is not a rung of {fam} (its ladder: {ladder}); Q8_0, or the "
+                          "family's F16/BF16 reference")
+    try:
+        mem_bytes = parse_bytes(s["mem"])
+    except QuantladderError as e:  # the recommender's reading of a size
+        raise ConfigError(f"{where}.mem: {e}") from None
+    try:
+        ctx = parse_ctx(s["ctx"])
+    except QuantladderError as e:
+        raise ConfigError(f"{where}.ctx: {e}") from None
+    kv = str(s.get("kv") or qconfig.kv_types(cfg, fam)[0])
+    if kv not in qconfig.kv_types(cfg, fam):
+        raise ConfigError(f"{where}.kv: {kv!r} is not a KV type of {fam} ({qconfig.kv_types(cfg, fam)})")
+    rungs = [str(r) for r in (s.get("rungs") or [r for r in ladder if r not in (ref, qconfig.reference_rung(cfg, fam))])]
+    bad = [r for r in rungs if r not in ladder]
+    if bad:
+        raise ConfigError(f"{where}.rungs: {bad} not in {fam}'s ladder ({ladder})")
+    rungs = [r for r in dict.fromkeys(rungs) if r not in (ref, qconfig.reference_rung(cfg, fam))]
+    if not rungs:
+        raise ConfigError(f"{where}.rungs: no candidate below the reference {ref}")
+    try:
+        alpha = ALPHA if s.get("alpha") is None else float(s["alpha"])
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}.alpha: a number, got {s['alpha']!r}") from None
+    if not 0 < alpha < 0.5:
+        raise ConfigError(f"{where}.alpha: a one-sided level in (0, 0.5), got {alpha}")
+    figs = parse_accept(s["accept"], cfg, fam, where=f"{where}.accept")
+    return Spec(fam, ref, mem_bytes, str(s["mem"]), ctx, kv, tuple(figs), tuple(rungs), str(s.get("start") or START),
+                alpha)
+
+
+# ------------------------------------------------------------------------------------------ files a rung needs
+
+def figure_files(sp: Spec, cfg: dict, card: str, rung: str) -> list[str]:
+    """The metrics (and per-item) files one rung's figures are read from: ordinary points."""
+    out = []
+    for f in sp.figures:
+        if f.benchmark == "perplexity":
+            ctx = f"n{int(cfg['measures']['perplexity']['n_ctx'])}"
+            out.append(f"results/{card}/points/{sp.family}/{rung}/{sp.kv}/perplexity/{pass_name(f.corpus, ctx)}/metrics.json")
+        else:
+            t = qtargets.Target(card, "points", sp.family, rung, sp.kv, f.benchmark)
+            out += [t.path, *qtargets.per_item_files(cfg, [t])]
+    return list(dict.fromkeys(out))
+
+
+def reference_files(sp: Spec, cfg: dict, card: str) -> list[str]:
+    """The reference's files: only the task figures compare with it (KLD and the PPL ratio are measured
+    against the family's stored reference log-probs)."""
+    task = [f for f in sp.figures if f.benchmark != "perplexity"]
+    return figure_files(replace(sp, figures=tuple(task)), cfg, card, sp.reference) if task else []
+
+
+def sidecar(cfg: dict, family: str, rung: str) -> str:
+    kind = qconfig.rung_kind(cfg, family, rung)
+    return f"resources/models/{family}/{kind}/{rung}.gguf.json"
+
+
+# ------------------------------------------------------------------------------------------ evidence
+
+def _rows(path: Path) -> tuple[dict, list[dict]]:
+    doc = read_json(path)
+    return doc, doc.get("rows", [])
+
+
+def evidence(sp: Spec, cfg: dict, card: str, rung: str, alpha: float, root: str | Path = ".") -> dict:
+    """The rung's verdict at one-sided level ``alpha``: each figure's decision (its interval at
+    1 − 2·alpha, two-sided) and the intersection of them."""
+    root = Path(root)
+    level = 1 - 2 * alpha
+    figs = []
+    for f in sp.figures:
+        one = replace(sp, figures=(f,))
+        figs += _figure_evidence(f, root, figure_files(one, cfg, card, rung), reference_files(one, cfg, card),
+                                 level, alpha)
+    states = [x["state"] for x in figs]
+    verdict = (ACCEPTABLE if states and all(s == ni.NONINFERIOR for s in states) else
+               NOT_ACCEPTABLE if ni.INFERIOR in states else UNDETERMINED)
+    return {"rung": rung, "alpha": alpha, "interval_level": level, "verdict": verdict, "figures": figs}
+
+
+def _absent(f: Figure, reason: str) -> dict:
+    return {"figure": f.key, "accept": f.text, "state": ni.UNDETERMINED, "text": f"no figure: {reason}",
+            "items_needed": None}
+
+
+def _figure_evidence(f: Figure, root: Path, files: list[str], ref_files: list[str], level: float,
+                     alpha: float) -> list[dict]:
+    path = root / files[0]
+    if not path.exists():
+        raise DataError(f"find: {files[0]} is missing (the walk's step needs it as an input)")
+    doc, rows = _rows(path)
+    if doc.get("status") in qstatus.BAD:
+        return [_absent(f, f"{files[0]} is {doc.get('status')}: {doc.get('status_reason')}")]
+    mine = [r for r in rows if r.get("metric") == f.metric and
+            (r.get("subset") == f.corpus if f.corpus else r.get("subset") is None)]
+    if not mine:
+        return [_absent(f, f"{files[0]} has no {f.metric} row" + (f" on {f.corpus}" if f.corpus else ""))]
+    out = []
+    for r in mine:
+        if f.benchmark == "perplexity":
+            d = deltas.token_delta(r, level=level)
+        else:
+            ref_doc, ref_rows = _rows(root / ref_files[0])
+            ref_row = next((x for x in ref_rows if x.get("metric") == f.metric and x.get("subset") is None
+                            and x.get("n_ctx") == r.get("n_ctx")), None)
+            if ref_row is None:
+                out.append(_absent(f, f"the reference's {ref_files[0]} has no {f.metric} row"))
+                continue
+            rv, pv = read_jsonl(root / ref_files[1]), read_jsonl(path.with_name("verdicts.jsonl"))
+            d = deltas.item_delta(benchmarks.get(f.benchmark)(), rv, pv, ref_row, r, level=level)
+        if isinstance(d, str):
+            out.append(_absent(f, d))
+            continue
+        dec = ni.decide(d.estimate, d.ci_low, d.ci_high, tolerance=f.tolerance, higher_is_better=f.higher_is_better,
+                        unit=f.unit, stderr=d.stderr, n=d.n, alpha=2 * alpha)
+        if dec is None:
+            out.append(_absent(f, "no interval"))
+            continue
+        need = dec.items_needed
+        if f.benchmark == "perplexity" and dec.state == ni.UNDETERMINED:
+            # a quantized rung's KLD is never 0: plan at the divergence measured, with the margin it leaves
+            need = (ni.items_needed(f.tolerance - dec.delta, f.unit, 0.0, d.stderr, d.n, alpha=2 * alpha)
+                    if dec.delta < f.tolerance else None)
+        out.append({"figure": f.key, "accept": f.text, "n_ctx": r.get("n_ctx"), "state": dec.state,
+                    "value": r.get("value"), "unit": f.unit, "delta": dec.delta, "ci_low": dec.ci_low,
+                    "ci_high": dec.ci_high, "stderr": d.stderr, "bound": dec.bound, "tolerance": f.tolerance, "n": dec.n,
+                    "items_needed": need, "text": dec.text, "file": str(files[0])})
+    return out
+
+
+# ------------------------------------------------------------------------------------------ the walk
+
+def candidates(sp: Spec, infos: dict[str, dict]) -> list[dict]:
+    """The candidate rungs from the most bits per weight down (the config's order breaks ties), each
+    with its memory at the stated context: weights + KV cache (GGUF metadata; compute buffers are not in
+    a file's metadata and are left out, said so in the answer). A rung with as many bits as the
+    reference saves nothing and is dropped."""
+    type_k, type_v = parse_kv(sp.kv)
+    ref_bpw = infos[sp.reference]["bits_per_weight"]
+    out = []
+    for i, r in enumerate(sp.rungs):
+        info = GGUFInfo(**{k: v for k, v in infos[r].items() if k in GGUFInfo.__dataclass_fields__})
+        kv_bytes = info.kv_bytes(sp.ctx, type_k, type_v)
+        pred = int(info.tensor_bytes + kv_bytes)
+        if info.bits_per_weight >= ref_bpw:
+            continue
+        out.append({"rung": r, "order": i, "bits_per_weight": info.bits_per_weight, "weights_bytes": info.tensor_bytes,
+                    "kv_bytes": int(kv_bytes), "predicted_bytes": pred, "fits": pred <= sp.mem_bytes})
+    out.sort(key=lambda c: (-c["bits_per_weight"], c["order"]))
+    return out
+
+
+def start(sp: Spec, cands: list[dict]) -> dict:
+    """The walk's first state: the fitting candidates in order, the start rung and the levels."""
+    fit = [c for c in cands if c["fits"]]
+    state = {"spec": sp.as_dict(), "spec_key": sp.key, "candidates": cands, "visited": [], "next": None,
+             "start": None, "levels": None, "done": False}
+    if not fit:
+        state["done"] = True
+        return state
+    names = [c["rung"] for c in fit]
+    if sp.start in names:
+        s = names.index(sp.start)
+    else:  # the fitting candidate nearest in bits per weight to the start rung (when it is a candidate at all)
+        named = next((c for c in cands if c["rung"] == sp.start), None)
+        target = named["bits_per_weight"] if named else fit[len(fit) // 2]["bits_per_weight"]
+        s = min(range(len(fit)), key=lambda i: (abs(fit[i]["bits_per_weight"] - target), i))
+    k_up = s  # the fitting rungs above the start
+    down = sp.alpha / 2 if k_up else sp.alpha
+    state.update(order=names, start=names[s], next=names[s],
+                 levels={"down": down, "up": (sp.alpha / 2) / k_up if k_up else None, "k_up": k_up})
+    return state
+
+
+def level_of(state: dict, rung: str) -> float:
+    """The one-sided level a rung is tested at: the down part's, or the up part's Bonferroni share."""
+    order = state["order"]
+    return state["levels"]["down"] if order.index(rung) >= order.index(state["start"]) else state["levels"]["up"]
+
+
+def advance(state: dict, ev: dict) -> dict:
+    """The walk after the rung ``state['next']`` was measured with evidence ``ev``: the next rung to
+    measure, or done. Down from the start while shown acceptable; up from the start while not."""
+    order, s = state["order"], state["order"].index(state["start"])
+    state = {**state, "visited": [*state["visited"], ev]}
+    i = order.index(ev["rung"])
+    ok = ev["verdict"] == ACCEPTABLE
+    if i >= s and ok:  # going down (or at the start), shown: one rung down, if any
+        nxt = order[i + 1] if i + 1 < len(order) else None
+    elif i > s:  # going down, not shown: the rung above is the answer, this one its neighbour below
+        nxt = None
+    elif ok:  # going up, shown: the answer; its neighbour below (the rung just visited) is measured
+        nxt = None
+    else:  # at or above the start, not shown: one rung up, if any
+        nxt = order[i - 1] if i > 0 else None
+    state["next"], state["done"] = nxt, nxt is None
+    return state
+
+
+def answer(state: dict) -> dict:
+    """The answer record: the rung (or none, or undetermined), its evidence and its neighbour's below."""
+    sp = state["spec"]
+    visited = {v["rung"]: v for v in state["visited"]}
+    cands = {c["rung"]: c for c in state["candidates"]}
+    order = state.get("order") or []
+    shown = [r for r in order if r in visited and visited[r]["verdict"] == ACCEPTABLE]
+    s = order.index(state["start"]) if state.get("start") else 0
+    # the claims: going down, the fixed sequence from the start; going up, the one rung shown
+    down = [r for r in order[s:] if r in visited]
+    claimed = []
+    for r in down:
+        if visited[r]["verdict"] != ACCEPTABLE:
+            break
+        claimed.append(r)
+    if not claimed:
+        claimed = [r for r in shown if order.index(r) < s][-1:]
+    rec = {"family": sp["family"], "reference": sp["reference"], "mem": sp["mem"], "mem_bytes": sp["mem_bytes"],
+           "ctx": sp["ctx"], "kv": sp["kv"], "accept": [f["text"] for f in sp["figures"]], "alpha": sp["alpha"],
+           "levels": state["levels"], "path": [{"rung": v["rung"], "verdict": v["verdict"], "alpha": v["alpha"]}
+                                               for v in state["visited"]],
+           "candidates": state["candidates"], "assumes": MONOTONE}
+    if not order:
+        return {**rec, "verdict": "none fits", "rung": None,
+                "why": f"no candidate rung fits {sp['mem']} at {sp['ctx']} tokens of context (weights + KV cache)"}
+    if claimed:
+        a = claimed[-1]
+        i = order.index(a)
+        below = order[i + 1] if i + 1 < len(order) else None
+        ev_below = visited.get(below) if below else None
+        c = cands[a]
+        rec.update(verdict=ACCEPTABLE, rung=a, evidence=visited[a], below=below, below_evidence=ev_below,
+                   memory={"ctx": sp["ctx"], "weights_bytes": c["weights_bytes"], "kv_bytes": c["kv_bytes"],
+                           "predicted_bytes": c["predicted_bytes"],
+                           "compute_buffers": "not included: llama.cpp sizes them at load (the memory measure "
+                                              "records them per point)"})
+        if below is None:
+            rec["why"] = f"{a} is shown acceptable and is the smallest candidate that fits"
+        elif ev_below and ev_below["verdict"] == UNDETERMINED:
+            need = _needed(ev_below)
+            rec["why"] = (f"{a} is shown acceptable; the rung below, {below}, is undetermined"
+                          + (f" ({need} would settle it)" if need else "") + ", so a smaller rung may also do")
+        else:
+            rec["why"] = f"{a} is shown acceptable; the rung below, {below}, is shown not to be"
+        return rec
+    und = [visited[r] for r in order if r in visited and visited[r]["verdict"] == UNDETERMINED]
+    if und:
+        need = {v["rung"]: _needed(v) for v in und}
+        rec.update(verdict=UNDETERMINED, rung=None, undetermined=need,
+                   why="no rung is shown acceptable with these items; " + "; ".join(
+                       f"{r}: {n} needed" if n else f"{r}: no plan (no spread measured)" for r, n in need.items()))
+        return rec
+    rec.update(verdict="none acceptable", rung=None,
+               why="every rung the walk measured is shown to lose more than accepted (the largest candidate included)")
+    return rec
+
+
+MONOTONE = ("losses grow as bits per weight fall: below the first rung not shown acceptable nothing is measured; "
+            "the rung below the answer is always measured and its evidence shown")
+
+
+def _needed(ev: dict) -> str | None:
+    """What would settle a rung: per undetermined figure, the items (a task) or scored tokens (a corpus)
+    a run needs to show it within its bound at 80 % power if it truly equals the reference."""
+    out = [f"{f['items_needed']:,} {'scored tokens' if f['unit'] != '%' else 'items'} for {f['figure']}"
+           for f in ev["figures"] if f["state"] == ni.UNDETERMINED and f.get("items_needed")]
+    return "; ".join(out) or None
+
+
+def replay(sp: Spec, cfg: dict, card: str, infos: dict[str, dict], root: str | Path = ".") -> dict:
+    """The walk over points that exist already (a full ladder measured): the state the checkpoints reach."""
+    state = start(sp, candidates(sp, infos))
+    while not state["done"]:
+        r = state["next"]
+        state = advance(state, evidence(sp, cfg, card, r, level_of(state, r), root))
+    return state
+
+
+def fixed_sequence(sp: Spec, cfg: dict, card: str, infos: dict[str, dict], root: str | Path = ".") -> dict:
+    """The full ladder's answer: every fitting candidate measured, the fixed sequence from the largest
+    down at the whole level α; the smallest rung of the unbroken run shown acceptable."""
+    fit = [c["rung"] for c in candidates(sp, infos) if c["fits"]]
+    out, answer_ = [], None
+    for r in fit:
+        ev = evidence(sp, cfg, card, r, sp.alpha, root)
+        out.append({"rung": r, "verdict": ev["verdict"]})
+        if ev["verdict"] != ACCEPTABLE:
+            break
+        answer_ = r
+    return {"rung": answer_, "sequence": out, "measured": fit}
+
+
+# ------------------------------------------------------------------------------------------ what it cost
+
+def _pass_corpus(rel_last: str) -> str:
+    return rel_last.rsplit("-", 1)[0]  # "<corpus>-<ctx>": a corpus name may hold dashes, a context not
+
+
+def job_seconds(sp: dict, card: str, rung: str | None, seen: dict) -> dict[str, float]:
+    """Measured seconds, by rule, of the jobs behind the walk's figures on one rung (its quantize, its
+    passes on the accepted corpora, its generation and scoring of the accepted benchmarks), or, with
+    ``rung`` None, of the shared ones (the reference's log-probs on those corpora, the reference's
+    task points). ``seen``: ``benchmark_files``."""
+    fam, kv = sp["family"], sp["kv"]
+    corpora = {f["corpus"] for f in sp["figures"] if f["benchmark"] == "perplexity"}
+    tasks = {f["benchmark"] for f in sp["figures"] if f["benchmark"] != "perplexity"}
+    out: dict[str, float] = {}
+    for (rule, rel), sec in seen.items():
+        p = rel.split("/")
+        if rung is None:
+            hit = ((rule == "reference_logits" and p[:2] == [card, fam] and _pass_corpus(p[-1]) in corpora)
+                   or (rule in ("generate", "score") and p[:5] == [card, "points", fam, sp["reference"], kv]
+                       and p[-1] in tasks))
+        else:
+            hit = ((rule == "quantize" and p == [fam, rung])
+                   or (rule == "perplexity" and rung != sp["reference"] and p[:4] == [card, fam, rung, kv]
+                       and _pass_corpus(p[-1]) in corpora)  # the reference's pass is no figure of the walk
+                   or (rule in ("generate", "score") and p[:5] == [card, "points", fam, rung, kv] and p[-1] in tasks))
+        if hit:
+            out[rule] = out.get(rule, 0.0) + sec
+    return out
+
+
+def benchmark_files(root: str | Path = ".") -> dict[tuple[str, str], float]:
+    """(rule, path under the rule's folder without .tsv) -> seconds, for every finished job."""
+    base = Path(root) / timings.BENCHMARKS
+    out = {}
+    for tsv in sorted(base.rglob("*.tsv")) if base.is_dir() else []:
+        s = timings._read_seconds(tsv)
+        if s is not None:
+            rel = tsv.relative_to(base).with_suffix("")
+            out[(rel.parts[0], "/".join(rel.parts[1:]))] = s
+    return out
+
+
+def cost(state: dict, card: str, root: str | Path = ".") -> dict:
+    """Points measured and job-hours of the walk, beside the full ladder of fitting candidates: the
+    visited rungs' measured job times; a rung not visited is priced at the median of the visited rungs'
+    (per rule), an estimate and said so. Shared jobs (the reference's, every candidate's quantize) are
+    counted alike in both."""
+    sp = state["spec"]
+    seen = benchmark_files(root)
+    visited = [v["rung"] for v in state["visited"]]
+    order = state.get("order") or []
+    per = {r: job_seconds(sp, card, r, seen) for r in order}
+    measured_s = sum(s for r in visited for rule, s in per[r].items() if rule != "quantize")
+    quantize_s = sum(per[r].get("quantize", 0.0) for r in order)
+    shared_s = sum(job_seconds(sp, card, None, seen).values()) + sum(job_seconds(sp, card, sp["reference"], seen).values())
+    rules = sorted({rule for r in visited for rule in per[r] if rule != "quantize"})
+    median = {rule: statistics.median([per[r][rule] for r in visited if rule in per[r]]) for rule in rules}
+    rest = [r for r in order if r not in visited]
+    measured_rest = sum(s for r in rest for rule, s in per[r].items() if rule != "quantize")
+    estimated_rest = sum(median[rule] for r in rest for rule in rules if rule not in per[r])
+    walk_h = (measured_s + quantize_s + shared_s) / 3600
+    full_h = (measured_s + measured_rest + estimated_rest + quantize_s + shared_s) / 3600
+    return {"points_measured": len(visited), "points_full_ladder": len(order),
+            "walk_job_hours": round(walk_h, 5), "full_ladder_job_hours": round(full_h, 5),
+            "full_ladder_estimated_job_hours": round(estimated_rest / 3600, 5),
+            "how": ("Snakemake's benchmark files of the jobs behind the walk's figures (measured); the reference's "
+                    "jobs and every candidate's quantize counted in both; a rung not measured is priced at the median "
+                    "of the measured rungs' jobs per rule (the estimated part)")}
+
+
+def format_text(result: dict) -> str:
+    """The answer in a few lines (the rule's log, the command line)."""
+    head = (f"find {result['family']} (reference {result['reference']}, {result['mem']} at {result['ctx']} tokens, "
+            f"accept {', '.join(result['accept'])}, one-sided α {result['alpha']:g}):")
+    lines = [head, f"  answer: {result['rung'] or result['verdict']}: {result['why']}"]
+    if result.get("memory"):
+        m = result["memory"]
+        lines.append(f"  memory at {m['ctx']} tokens: {fmt_bytes(m['predicted_bytes'])} (weights "
+                     f"{fmt_bytes(m['weights_bytes'])} + KV cache {fmt_bytes(m['kv_bytes'])}; compute buffers not included)")
+    lines.append("  path: " + " → ".join(f"{p['rung']} ({p['verdict']})" for p in result["path"]))
+    c = result.get("cost")
+    if c:
+        lines.append(f"  cost: {c['points_measured']} of {c['points_full_ladder']} rungs measured, "
+                     f"{c['walk_job_hours']:.3f} job-hours beside {c['full_ladder_job_hours']:.3f} for the full ladder "
+                     f"({c['full_ladder_estimated_job_hours']:.3f} of it estimated)")
+    return "\n".join(lines)
+
+
+def run_cli(args) -> int:
+    """``quantladder find``: the request checked against the config first (errors name find.<key>), then
+    Snakemake makes the answer's target with the request laid over the config (docs/find.md)."""
+    request = {"find": {"family": args.family, "mem": args.mem, "ctx": args.ctx, "accept": args.accept,
+                        "reference": args.reference, "kv": args.kv, "start": args.start, "alpha": args.alpha,
+                        "rungs": [r.strip() for r in args.rungs.split(",") if r.strip()] if args.rungs else None}}
+    workdir = Path(args.directory)
+    req = workdir / ".quantladder" / "find-request.yaml"  # every key set: nothing of the config's own find leaks in
+    req.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(req) as tmp:
+        tmp.write_text(yaml.safe_dump(request, sort_keys=False))
+    files = [str(Path(f).resolve()) for f in args.configfile] + [str(req.resolve())]
+    cfg = load_config(files)
+    sp = spec(cfg)
+    target = ANSWER.format(card=qcard.label(cfg.get("card")), family=sp.family)
+    snakemake = str(Path(sys.executable).with_name("snakemake"))
+    cmd = [snakemake, target, "--snakefile", str(SNAKEFILE), "--directory", str(workdir), "--cores", str(args.cores),
+           *(["-n"] if args.dry_run else []), "--configfile", *files]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SNAKEFILE.parent / "workflow"),
+                                                        os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    rc = subprocess.run(cmd, env=env).returncode
+    if rc or args.dry_run:
+        return rc
+    result = read_json(workdir / target)
+    print(json.dumps(result, indent=2) if args.json else format_text(result))
+    return 0 if result["verdict"] == ACCEPTABLE else 2
