@@ -67,6 +67,8 @@ class EngineSettings:
     # reuse the cells of whole prompt chunks another prompt decoded from the same tokens (exact:
     # replies are byte-identical either way; see the module's docstring); no extra memory
     prefix_cache: bool = False
+    # llama.cpp's weight repacking on the CPU (its "extra buffer types"); see LlamaHandle
+    extra_bufts: bool = True
 
     def resolved(self) -> dict:
         k, v = parse_kv(self.kv)
@@ -145,7 +147,7 @@ class Engine(LlamaHandle):
         n_batch, n_ubatch = batch_sizes(r["n_batch"], r["n_ctx"], n_par)
         super().__init__(model_path, n_ctx=n_par * padded_ctx(r["n_ctx"]), n_batch=n_batch, n_ubatch=n_ubatch,
                          n_seq_max=n_par, type_k=r["type_k"], type_v=r["type_v"], flash_attn=r["flash_attn"],
-                         n_threads=r["n_threads"], n_gpu_layers=r["n_gpu_layers"],
+                         n_threads=r["n_threads"], n_gpu_layers=r["n_gpu_layers"], extra_bufts=r["extra_bufts"],
                          context=f"{n_par} sequences × n_ctx {r['n_ctx']}", verbose=verbose)
         self._mem = self.lc.llama_get_memory(self.ctx)
         self.n_parallel = n_par
