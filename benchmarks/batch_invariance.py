@@ -111,11 +111,13 @@ def kernel(model: Path, knobs: dict, rows: list[int], seed: int = 0, gpu_layers:
             return out
 
         alone = {s: step([s])[0] for s in range(n_seq)}
+        full = step(list(range(n_seq)))  # every sequence with all the others
         res = {}
         for b in rows:
             got = step(list(range(b)))
             same = [bool(np.array_equal(got[j], alone[j])) for j in range(b)]
             res[b] = {"identical_rows": sum(same), "rows": b,
+                      "identical_to_full": sum(bool(np.array_equal(got[j], full[j])) for j in range(b)),
                       "max_abs_diff": float(max(np.max(np.abs(got[j] - alone[j])) for j in range(b))),
                       "argmax_same": sum(int(np.argmax(got[j])) == int(np.argmax(alone[j])) for j in range(b))}
         return res
@@ -135,12 +137,13 @@ def run_kernel(a) -> None:
         res = kernel(ladder[r], knobs, a.rows, gpu_layers=a.gpu_layers)
         raw[r] = res
         cells = [f"{v['identical_rows']}/{v['rows']}" + ("" if v["identical_rows"] == v["rows"]
-                                                       else f" (≤{v['max_abs_diff']:.2g})") for v in res.values()]
+                                                       else f" (≤{v['max_abs_diff']:.2g})")
+                 + f" [{v['identical_to_full']}]" for v in res.values()]
         rows.append([r, *cells, f"{time.perf_counter() - t0:.0f}"])
         print(f"  {r}: {cells}", flush=True)
     print(fmt_table(["rung", *[f"B={b}" for b in a.rows], "s"], rows))
     print("# cell: rows of a B-row decode step bit-identical to the same sequence decoded alone "
-          "(largest |Δ logit| where not)")
+          f"(largest |Δ logit| where not) [and to its row in the {max(a.rows)}-row step]")
     if a.json:
         Path(a.json).write_text(json.dumps({"knobs": knobs, "build": build_note(), "rungs": raw}, indent=1))
 
