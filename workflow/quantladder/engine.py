@@ -35,7 +35,9 @@ What makes a reply reproducible (DESIGN rule 6; llama.cpp is not batch-invariant
   it), at its token budget, or at the end of its sequence's context.
 
 What batching still changes is which rows share a matrix product: a reply at ``n_parallel > 1`` can
-differ from the same item at ``n_parallel = 1`` (llama.cpp's kernels differ with batch shape). That
+differ from the same item at ``n_parallel = 1``, because ggml's CPU kernels differ with the number of
+rows (llamafile's sgemm takes two rows or more, repacked weights take rows in fours through a GEMM
+kernel and the rest through a GEMV one; measured in docs/generation.md, "Batch invariance"). That
 difference is a measured noise floor, never hidden; the same wave reproduces byte for byte.
 """
 
