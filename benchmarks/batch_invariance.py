@@ -182,7 +182,7 @@ def generate(bench, items, source, model, n_par, wave_factor, settings_kw, probe
     """Every item's replies (token tuples per request) through generation.plan's waves at ``n_par``.
     ``probe``: (item id, request index, token index) whose logits row is kept (returned too)."""
     from quantladder import generation
-    from quantladder.engine import Engine, EngineSettings
+    from quantladder.engine import EngineSettings
 
     env = bench.open_env(source, "generate")
     replies, texts, kept = {}, {}, {}
