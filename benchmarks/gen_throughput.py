@@ -96,10 +96,11 @@ def batched_bench_exe(tools_dir: str | None) -> str:
     return str(exe)
 
 
-def batched_bench(exe, model, *, pp, tg, pl, n_ctx_seq, threads, fa, n_batch, n_ubatch, gpu_layers) -> dict:
+def batched_bench(exe, model, *, pp, tg, pl, n_ctx_seq, threads, fa, n_batch, n_ubatch, gpu_layers,
+                  repack=True) -> dict:
     cmd = [exe, "-m", str(model), "-c", str(pl * n_ctx_seq), "-b", str(n_batch), "-ub", str(n_ubatch),
            "-npp", str(pp), "-ntg", str(tg), "-npl", str(pl), "-t", str(threads), "-fa", fa,
-           "-ngl", str(gpu_layers), "--output-format", "jsonl"]
+           "-ngl", str(gpu_layers), "--output-format", "jsonl"] + ([] if repack else ["--no-repack"])
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"llama-batched-bench failed ({' '.join(cmd)}):\n{r.stderr[-3000:]}")
@@ -126,11 +127,11 @@ def prompts_for(eng, pl: int, pp: int, seed: int) -> list[tuple[int, ...]]:
     return out
 
 
-def ours(model, *, pp, tg, pl, threads, fa, n_batch, gpu_layers, seed) -> dict:
+def ours(model, *, pp, tg, pl, threads, fa, n_batch, gpu_layers, seed, repack=True) -> dict:
     from quantladder.engine import Engine, EngineSettings, Request
 
     s = EngineSettings(n_ctx=pp + tg, n_parallel=pl, n_threads=threads, flash_attn=fa == "on",
-                       n_batch=n_batch, n_gpu_layers=gpu_layers)
+                       n_batch=n_batch, n_gpu_layers=gpu_layers, extra_bufts=repack)
     with Engine(str(model), s) as eng:
         def one(p):
             return (yield Request(p, tg))
@@ -176,12 +177,13 @@ def run_tg(a) -> None:
                     if side == "lb":
                         r = batched_bench(exe, path, pp=a.npp, tg=a.ntg, pl=pl, n_ctx_seq=n_ctx_seq,
                                           threads=a.threads, fa=a.flash_attn, n_batch=a.n_batch,
-                                          n_ubatch=min(a.n_batch, 512), gpu_layers=a.gpu_layers)
+                                          n_ubatch=min(a.n_batch, 512), gpu_layers=a.gpu_layers,
+                                          repack=a.repack)
                         lb.append(r["s_tg"])
                         lpp.append(r["s_pp"])
                     else:
                         r = ours(path, pp=a.npp, tg=a.ntg, pl=pl, threads=a.threads, fa=a.flash_attn,
-                                 n_batch=a.n_batch, gpu_layers=a.gpu_layers, seed=a.seed + rnd)
+                                 n_batch=a.n_batch, gpu_layers=a.gpu_layers, seed=a.seed + rnd, repack=a.repack)
                         ql.append(r["s_tg"])
                         qpp.append(r["s_pp"])
                 print(f"  {name} B={pl} round {rnd + 1}: quantladder {ql[-1]:.1f}, llama-batched-bench "
@@ -197,7 +199,8 @@ def run_tg(a) -> None:
                                     "quantladder_s_pp": qpp, "llama_batched_bench_s_pp": lpp}
     print(f"\n# {load_note()} at the end")
     print(f"# npp {a.npp}, ntg {a.ntg}, per-sequence context {n_ctx_seq} cells, threads {a.threads}, "
-          f"flash attention {a.flash_attn}, n_batch {a.n_batch}, gpu layers {a.gpu_layers}, {a.rounds} interleaved "
+          f"flash attention {a.flash_attn}, n_batch {a.n_batch}, gpu layers {a.gpu_layers}, weight repacking "
+          f"{'on' if a.repack else 'off (both sides)'}, {a.rounds} interleaved "
           "rounds (S_TG tokens/s: mean ± sd over rounds; ratio of the means ± its standard error; S_PP: mean, "
           "prompts decoded one by one on our side, all together on llama-batched-bench's)")
     print(fmt_table(["model", "B", "quantladder S_TG", "llama-batched-bench S_TG", "ratio", "ours S_PP",
@@ -295,6 +298,8 @@ def main():
     ap.add_argument("--gpu-layers", type=int, default=0)
     ap.add_argument("--flash-attn", choices=["on", "off"], default="off")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-repack", dest="repack", action="store_false",
+                    help="tg: llama.cpp's CPU weight repacking off on both sides (the batch-invariant setting)")
     ap.add_argument("--tools-dir")
     ap.add_argument("--workdir", default=str(REPO / "build" / "parity"))
     ap.add_argument("--json", help="write every round's figures here")

@@ -306,3 +306,35 @@ def test_items_needed_rows_are_the_plan_for_a_2_point_loss(ds):
     q3 = one(ds, "Q3_K", "humaneval", "items_needed")
     assert q3["value"] == stats.items_needed(0.02, 0.2, alpha=0.05 / 10, power=0.8)[0]
     assert q3["unit"] == "items" and q3["n"] == N_HE
+
+
+def _noise_pair(root, bench, texts_ref, texts_noise):
+    """The reference point and its noise-floor run of one benchmark, with replies and verdicts."""
+    b = qbench.create(bench, {})
+    out = []
+    for series, texts in (("points", texts_ref), ("noise", texts_noise)):
+        v = [{"item_id": f"{bench}-{i}", "subset": None, "correct": i % 2 == 0} for i in range(len(texts))]
+        path = _write(root, "F16", bench, b.metric_rows(v, []), v, series=series)
+        JsonlFile(root / series / "F16" / "f16" / bench / "generations.jsonl").write(
+            [{"item_id": f"{bench}-{i}", "text": t} for i, t in enumerate(texts)])
+        out.append(path)
+    return out
+
+
+@pytest.mark.parametrize("bfcl_noise, invariant", [(["a", "b", "c"], True), (["a", "B", "c"], False)])
+def test_batch_invariance_is_measured_per_pair_and_pooled_per_card(tmp_path, bfcl_noise, invariant):
+    """Each noise-floor pair says whether every reply held at the other batch setting (1/0, n); the
+    report pools the card's pairs: yes only when every reply of every pair is identical."""
+    from quantladder.report.tables import batch_invariance, batch_invariance_line
+
+    paths = (_noise_pair(tmp_path, "humaneval", ["x", "y", "z", "w"], ["x", "y", "z", "w"])
+             + _noise_pair(tmp_path, "bfcl", ["a", "b", "c"], bfcl_noise))
+    dataset.write(aggregate.collect(paths), tmp_path / "points.parquet")
+    df = dv.load(tmp_path / "points.parquet")
+    he, bf = one(df, "F16", "humaneval", "batch_invariant"), one(df, "F16", "bfcl", "batch_invariant")
+    assert (he["value"], he["n"], he["unit"]) == (1.0, 4, "1")
+    assert (bf["value"], bf["n"]) == (float(invariant), 3)
+    assert batch_invariance(df) == (invariant, 7 if invariant else 6, 7, 2)
+    line = batch_invariance_line(df)
+    assert (f"<b>{'yes' if invariant else 'no'}</b> ({7 if invariant else 6} of 7 replies" in line)
+    assert batch_invariance(df[df["metric"] != "batch_invariant"]) is None  # no noise floor: not claimed

@@ -8,7 +8,9 @@
 #      code, printing each figure beside llama-bench's tokens/s and nvidia-smi's memory, and the
 #      memory-bandwidth roofline;
 #   3. benchmarks/gen_throughput.py on that model: batched decode at 1/4/8/16 sequences beside
-#      llama-batched-bench (issue 14's H200 figure).
+#      llama-batched-bench (issue 14's H200 figure: S_TG at 16 sequences beside llama-batched-bench's);
+#   4. benchmarks/batch_invariance.py on that model: replies identical at 1 and 16 sequences, and
+#      one decode step's logits bit for bit at 1..16 rows (issue 34).
 # Budget: about 10 minutes including the build (one CUDA architecture; flash-attention kernels off
 # unless QL_CUDA_FA=ON, the slowest part of the build).
 #
@@ -82,6 +84,19 @@ if [ "$rc" = 0 ] && [ "${QL_GEN_THROUGHPUT:-1}" != 0 ] && [ -n "$QMODEL" ]; then
     | tee "$OUTDIR/gen_throughput.log"
   rc=${PIPESTATUS[0]}
   [ "$rc" = 0 ] || tail -40 "$OUTDIR/gen_throughput.stderr"
+fi
+# batch invariance (issue 34): greedy replies of 16 random prompts at 1 and 16 sequences, and one
+# decode step's logits bit for bit with 1..16 rows (QL_BATCH_CHECK=0 skips it; about a minute)
+if [ "$rc" = 0 ] && [ "${QL_BATCH_CHECK:-1}" != 0 ] && [ -n "$QMODEL" ]; then
+  stamp "batch_invariance.py on $(basename "$QMODEL")"
+  PYTHONUNBUFFERED=1 "$PY" "$ROOT/benchmarks/batch_invariance.py" identity --models "$QMODEL" --npl 1 16 \
+    --prompts 16 --npp 128 --ntg 64 --gpu-layers 99 --knob flash_attn="$FA_ARG" --threads "$JOBS" \
+    2>"$OUTDIR/batch_invariance.stderr" | tee "$OUTDIR/batch_invariance.log"
+  PYTHONUNBUFFERED=1 "$PY" "$ROOT/benchmarks/batch_invariance.py" kernel --models "$QMODEL" --rows 1 2 4 8 16 \
+    --gpu-layers 99 --knob flash_attn="$FA_ARG" threads="$JOBS" --json "$OUTDIR/batch_invariance.json" \
+    2>>"$OUTDIR/batch_invariance.stderr" | tee -a "$OUTDIR/batch_invariance.log"
+  rc=${PIPESTATUS[0]}
+  [ "$rc" = 0 ] || tail -40 "$OUTDIR/batch_invariance.stderr"
 fi
 stamp "done (rc=$rc)"
 rm -f "$WORK"/models/*.gguf

@@ -13,7 +13,8 @@ The comparisons, with their one documented choice of reference (docs/dataset.md)
 - **The noise floor**: the reference rung generated a second time at another batch setting (the
   ``noise`` series, quantladder.config): the share of byte-identical replies (``noise_identical_share``)
   and the verdict flip rate (``noise_flip_rate``) between two runs that should agree. A rung whose flip
-  rate is not above it has no loss the harness can attribute to quantization.
+  rate is not above it has no loss the harness can attribute to quantization. ``batch_invariant`` says
+  whether every reply of the pair is identical: measured, per card, never assumed.
 - **Paired deltas** (the ``delta*`` and ``verdict*`` columns of every paired figure, and ``items_needed``):
   ``quantladder.deltas``, called here on the rows assembled.
 - **Cross-card identity**: one ``generation_hash`` row per item, so the same points on two cards can be
@@ -173,6 +174,8 @@ def _pair_rows(ref: Point, p: Point, base: dict, *, noise: bool) -> list[dict]:
         value, se = share(same, n)
         name = "noise_identical_share" if noise else "identical_to_reference"
         out.append(_with(base, metrics.row(name, value, stderr=se, n=n)))
+        if noise:  # a yes/no per pair; the report pools the card's pairs
+            out.append(_with(base, metrics.row("batch_invariant", float(same == n), n=n)))
     return out
 
 

@@ -35,7 +35,9 @@ What makes a reply reproducible (DESIGN rule 6; llama.cpp is not batch-invariant
   it), at its token budget, or at the end of its sequence's context.
 
 What batching still changes is which rows share a matrix product: a reply at ``n_parallel > 1`` can
-differ from the same item at ``n_parallel = 1`` (llama.cpp's kernels differ with batch shape). That
+differ from the same item at ``n_parallel = 1``, because ggml's CPU kernels differ with the number of
+rows (llamafile's sgemm takes two rows or more, repacked weights take rows in fours through a GEMM
+kernel and the rest through a GEMV one; measured in docs/generation.md, "Batch invariance"). That
 difference is a measured noise floor, never hidden; the same wave reproduces byte for byte.
 """
 
@@ -67,6 +69,8 @@ class EngineSettings:
     # reuse the cells of whole prompt chunks another prompt decoded from the same tokens (exact:
     # replies are byte-identical either way; see the module's docstring); no extra memory
     prefix_cache: bool = False
+    # llama.cpp's weight repacking on the CPU (its "extra buffer types"); see LlamaHandle
+    extra_bufts: bool = True
 
     def resolved(self) -> dict:
         k, v = parse_kv(self.kv)
@@ -145,7 +149,7 @@ class Engine(LlamaHandle):
         n_batch, n_ubatch = batch_sizes(r["n_batch"], r["n_ctx"], n_par)
         super().__init__(model_path, n_ctx=n_par * padded_ctx(r["n_ctx"]), n_batch=n_batch, n_ubatch=n_ubatch,
                          n_seq_max=n_par, type_k=r["type_k"], type_v=r["type_v"], flash_attn=r["flash_attn"],
-                         n_threads=r["n_threads"], n_gpu_layers=r["n_gpu_layers"],
+                         n_threads=r["n_threads"], n_gpu_layers=r["n_gpu_layers"], extra_bufts=r["extra_bufts"],
                          context=f"{n_par} sequences × n_ctx {r['n_ctx']}", verbose=verbose)
         self._mem = self.lc.llama_get_memory(self.ctx)
         self.n_parallel = n_par

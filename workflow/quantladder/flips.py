@@ -27,6 +27,10 @@ metrics.declare(
            stderr="se", group="noise"),
     Metric("noise_identical_share", "%", "the noise floor: items whose reply is byte-identical between those "
            "two runs", (TASK,), higher_is_better=True, stderr="se", group="noise"),
+    Metric("batch_invariant", "1", "whether this card's replies do not depend on their batch mates, measured: 1 "
+           "when every reply of the noise-floor pair (the reference rung at two batch settings) is byte-identical, "
+           "0 when any differs; n: the replies compared (docs/generation.md, batch invariance)", (TASK,),
+           higher_is_better=True, group="noise"),
     Metric("generation_hash", "sha256[:52]", "one row per item (subset = item id): the first 52 bits of "
            "sha256(reply), exact in a float64; the cross-card identical-output share compares them", (TASK,),
            per_item=True),

@@ -106,7 +106,7 @@ class LlamaHandle:
 
     def __init__(self, model_path: str, *, n_ctx: int, n_batch: int, n_ubatch: int, n_seq_max: int,
                  type_k: str, type_v: str, flash_attn: bool, n_threads: int, n_gpu_layers: int,
-                 context: str = "", verbose: bool = False):
+                 extra_bufts: bool = True, kv_unified: bool = False, context: str = "", verbose: bool = False):
         import llama_cpp
         import numpy as np
         # llama-cpp-python's log callback prints every level (debug lines of graph reserves and
@@ -123,6 +123,10 @@ class LlamaHandle:
             llama_cpp.llama_backend_init()
             mp = llama_cpp.llama_model_default_params()
             mp.n_gpu_layers = n_gpu_layers
+            # llama.cpp's "extra buffer types": the CPU backend repacks some weight types into
+            # interleaved blocks whose GEMM (rows in fours) and GEMV (the rest) kernels differ
+            # (docs/generation.md, batch invariance); off: every row takes the plain dot product
+            mp.use_extra_bufts = bool(extra_bufts)
             with _errors_logged(llama_cpp, errors):
                 self.model = llama_cpp.llama_model_load_from_file(self.model_path.encode(), mp)
             if not self.model:
@@ -133,8 +137,9 @@ class LlamaHandle:
             cp.n_batch = n_batch
             cp.n_ubatch = n_ubatch
             cp.n_seq_max = n_seq_max
-            # one KV stream per sequence (llama.cpp's default, stated: the engine's schedule relies on it)
-            cp.kv_unified = False
+            # one KV stream per sequence (llama.cpp's default, stated: the engine's schedule relies on
+            # it); unified only for the batch-invariance probe (benchmarks/batch_invariance.py)
+            cp.kv_unified = bool(kv_unified)
             cp.swa_full = True  # full sliding-window streams: the KV size stays exact (llama-perplexity: --swa-full)
             cp.n_threads = n_threads
             cp.n_threads_batch = n_threads

@@ -17,6 +17,7 @@ from .. import status as qstatus
 from .family import base_model_note
 from .markup import badge, constant_line, esc, fmt_delta, isnan, table, tol, vcell, verdict_badge
 from .pending import Pending, answer_note, mark, unmeasured_points
+from .tables import batch_invariance
 
 DETECT_POINTS = 2.0  # the loss the report's sample-size answer is for (quantladder plan --detect 2)
 BUDGETS_GIB = (0.5, 1, 2, 4, 8, 12, 16, 24, 48, 80, 141)  # common memory budgets the recommendation is shown for
@@ -98,8 +99,11 @@ def _noise_line(fam: pd.DataFrame) -> str:
                      + ("" if n.empty else f" (n = {int(n.max())})") + "</span>")
     if not parts:
         return ""
+    inv = batch_invariance(fam)
+    said = "" if inv is None else (f' Replies batch-invariant here: <b data-batch-invariant="{"yes" if inv[0] else "no"}">'
+                                   f'{"yes" if inv[0] else "no"}</b> ({inv[1]} of {inv[2]} identical).')
     return (f'<li class="noise">Noise floor (the reference {esc(rung)} generated again at another batch setting): '
-            + "; ".join(parts) + ". A significant loss whose flip rate is not above it reads <i>loss within noise</i>.</li>")
+            + "; ".join(parts) + f". A significant loss whose flip rate is not above it reads <i>loss within noise</i>.{said}</li>")
 
 
 def _plan_line(res: dict | None, family: str) -> str:

@@ -43,6 +43,29 @@ def degenerate_section(df: pd.DataFrame, card: str) -> str:
                  f"table-degenerate-{card}", classes)
 
 
+def batch_invariance(df: pd.DataFrame) -> tuple[bool, int, int, int] | None:
+    """The card's batch invariance, measured: (every noise-floor pair identical, replies identical,
+    replies compared, pairs) pooled over the card's ``batch_invariant`` rows; None without a noise floor."""
+    g = dv.whole(df[(df["metric"] == "batch_invariant") & df["value"].notna()])
+    if g.empty:
+        return None
+    share = dv.whole(df[df["metric"] == "noise_identical_share"])
+    n = int(g["n"].sum())
+    same = int(round(sum(float(v) * float(k) / 100 for v, k in zip(share["value"], share["n"]))))
+    return bool((g["value"] == 1).all()), same, n, len(g)
+
+
+def batch_invariance_line(df: pd.DataFrame) -> str:
+    b = batch_invariance(df)
+    if b is None:
+        return ('<p class="note" id="batch-invariant">Batch-invariant: not measured on this card (no noise-floor '
+                "series: <code>generation.noise_floor</code>).</p>")
+    yes, same, n, pairs = b
+    return (f'<p class="how" id="batch-invariant">Batch-invariant on this card: <b>{"yes" if yes else "no"}</b> '
+            f"({same} of {n} replies byte-identical between the reference rung's two batch settings, over {pairs} "
+            "noise-floor pairs)" + ("" if yes else "; every rung's flips carry the noise floor below") + ".</p>")
+
+
 def flips_section(df: pd.DataFrame, card: str) -> str:
     """Per point and benchmark: its flips against the reference, beside the noise floor of its family's
     reference (the same rung generated again at another batch setting), and which of the two is larger."""
@@ -82,7 +105,7 @@ def flips_section(df: pd.DataFrame, card: str) -> str:
     heads = (["family", "rung", "KV", "benchmark"] + [esc(m) for m in first]
              + ["noise floor: flip rate", "flip rate against the noise floor"] + [esc(m) for m in rest]
              + ["noise floor: identical replies", "items", "status"])
-    return ('<p class="how">Flips against the reference rung (same card, KV type and settings), beside the noise '
+    return (batch_invariance_line(df) + '<p class="how">Flips against the reference rung (same card, KV type and settings), beside the noise '
             "floor: the reference rung generated again at another batch setting. A flip rate not above the noise "
             "floor is no loss the harness can attribute to quantization; whether a loss is significant is the "
             "paired verdict's (the answer above).</p>" + table(heads, rows, f"table-flips-{card}", classes))
