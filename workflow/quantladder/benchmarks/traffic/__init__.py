@@ -54,7 +54,7 @@ class Traffic(Benchmark):
             self.local_file  # noqa: B018 -- a bad local file fails here, at `snakemake -n`
 
     def _read(self, path) -> trafficfile.TrafficFile:
-        split = {**self.defaults["split"], **(self.settings.get("split") or {})}
+        split = self.settings["split"]  # a partial split: the schema filled the rest
         return trafficfile.read(path, self.settings["format"], part=self.settings["part"],
                                 calibration_share=float(split["calibration_share"]), seed=str(split["seed"]),
                                 limit=self.settings["limit"])
