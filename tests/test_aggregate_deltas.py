@@ -20,7 +20,7 @@ from scipy import stats as sps
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 
-from quantladder import aggregate, dataset, deltas, plan, stats
+from quantladder import aggregate, dataset, deltas, generation, plan, stats
 from quantladder import benchmarks as qbench
 from quantladder import dataset_view as dv
 from quantladder import scoring
@@ -315,8 +315,11 @@ def _noise_pair(root, bench, texts_ref, texts_noise):
     for series, texts in (("points", texts_ref), ("noise", texts_noise)):
         v = [{"item_id": f"{bench}-{i}", "subset": None, "correct": i % 2 == 0} for i in range(len(texts))]
         path = _write(root, "F16", bench, b.metric_rows(v, []), v, series=series)
-        JsonlFile(root / series / "F16" / "f16" / bench / "generations.jsonl").write(
-            [{"item_id": f"{bench}-{i}", "text": t} for i, t in enumerate(texts)])
+        d = root / series / "F16" / "f16" / bench  # the generation loop's writer, with its generations.json
+        generation.write_outputs(generation.Result([{"item_id": f"{bench}-{i}", "text": t, "finish_reason": "stop"}
+                                                    for i, t in enumerate(texts)],
+                                                   {"generated": len(texts)}), d / "generations.jsonl",
+                                 d / "generations.json")
         out.append(path)
     return out
 

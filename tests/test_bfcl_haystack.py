@@ -81,4 +81,4 @@ def test_settings_keys_and_refusals(repo_root):
     assert BFCLHaystack({"enabled": True, "haystack": {"lengths": [2048, "trained"]}}).max_n_ctx(8192) == 8192
     assert with_haystack([{"role": "system", "content": "s"}, {"role": "user", "content": "q"}], "hay")[1] == \
         {"role": "user", "content": "hay\n\nq"}
-    assert json.dumps(BFCLHaystack.defaults["haystack"])  # plain data: it enters the items key
+    assert json.dumps(BFCLHaystack({"enabled": True}).settings["haystack"])  # plain data: it enters the items key

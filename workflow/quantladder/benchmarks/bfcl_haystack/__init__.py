@@ -57,7 +57,6 @@ class BFCLHaystack(BFCL):
                 "sha256": hash_obj({"bfcl": rec["sha256"], "essay": self.settings["haystack"]["essay"]})}
 
     def build_items(self, source, *, reference_gguf=None, family=None, threads=1, log=None):
-        data.verify(source)
         s, hs = self.settings, self.settings["haystack"]
         info = read_info(reference_gguf)
         lengths = [ruler_build.resolve_length(x, info.n_ctx_train, f"{WHERE}.haystack.lengths") for x in hs["lengths"]]
