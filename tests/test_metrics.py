@@ -61,6 +61,8 @@ NOT_METRICS = {
     "deviation_pct", "ours_tokens_per_s", "stderr_pct", "theirs_tokens_per_s", "tolerance_pct",
     # plan: the answer's JSON keys
     "actual_s", "discordance_pct", "discordance_upper_pct", "output_tokens", "predicted_s", "prompt_tokens",
+    # find: the answer's JSON keys (its memory at the stated context)
+    "predicted_bytes",
 }
 
 
