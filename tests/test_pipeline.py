@@ -214,7 +214,8 @@ def test_dry_run_prints_what_is_left_per_rule(run, tmp_path):
     r = snakemake(work, "-n", config=cfg_path)
     text = r.stdout + r.stderr
     assert "point-measures finished" in text
-    line = next(ln for ln in text.splitlines() if ln.strip().startswith("memory "))
+    # our table's row (rule, jobs, minutes, host, basis), not Snakemake's own job count ("memory  1")
+    line = next(ln for ln in text.splitlines() if ln.split()[:1] == ["memory"] and len(ln.split()) == 5)
     assert line.split()[1] == "1" and line.split()[-1] == "measured"
 
 
