@@ -51,15 +51,33 @@ def _wait_rss(cmd: list[str], limit_bytes: int | None) -> tuple[int, str, float,
         if limit_bytes:
             resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))  # never the OOM killer
 
+    import threading
+
+    from quantladder.measures.memory import vm_hwm_bytes
+
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as out:
         p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=limit)
+        # The child's own high-water mark, read while it runs: wait4's ru_maxrss would start from this
+        # driver's resident set (ru_maxrss survives fork and exec). VmHWM only grows, so the last reading
+        # before exit is its peak to within the 20 ms between readings after the last allocation.
+        hwm = [0]
+        done = threading.Event()
+
+        def poll():
+            while not done.wait(0.02):
+                hwm[0] = max(hwm[0], vm_hwm_bytes(p.pid) or 0)
+
+        th = threading.Thread(target=poll, daemon=True)
+        th.start()
         _, status, ru = os.wait4(p.pid, 0)
+        done.set()
+        th.join()
         dt = time.perf_counter() - t0
         p.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         text = out.read().decode(errors="replace")
-    return p.returncode, text, dt, ru.ru_maxrss * 1024
+    return p.returncode, text, dt, hwm[0] or ru.ru_maxrss * 1024
 
 
 def llama_perplexity(exe, model, corpus, n_ctx, n_batch, chunks, threads, fa, limit, kl_base=None, kl=False):

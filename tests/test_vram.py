@@ -90,3 +90,25 @@ def test_rows_put_the_prediction_beside_the_measurement(smollm_q8):
     assert rows["peak_mem_bytes"]["subset"] == "nvml_process" and rows["peak_mem_bytes"]["n_ctx"] == 4096
     assert rows["n_ctx_train"]["value"] == info.n_ctx_train
     assert all(r["unit"] in ("bytes", "1", "bits", "tokens") for r in rows.values()), {r["unit"] for r in rows.values()}
+
+
+def test_a_jobs_peak_rss_is_its_own_not_its_parents(repo_root):
+    """A measuring job is a child of Snakemake's scheduler (or of pytest), often larger than the job: its
+    peak must be its own address space's. getrusage's ru_maxrss survives fork and exec and would report
+    the parent's resident set; peak_rss_bytes must not."""
+    import os
+    import subprocess
+    import sys
+
+    if not os.path.exists("/proc/self/status"):
+        pytest.skip("VmHWM is Linux's; elsewhere ru_maxrss is the only reading")
+    big = bytearray(768 << 20)
+    big[::4096] = b"\1" * len(range(0, len(big), 4096))  # resident, not only reserved
+    child = ("import resource, sys; from quantladder.measures.memory import peak_rss_bytes; "
+             "print(peak_rss_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(repo_root / "workflow")}).stdout.split()
+    own, inherited = int(out[0]), int(out[1])
+    assert inherited >= len(big)  # the trap is real on this kernel
+    assert own < 256 << 20, own  # the child's own interpreter and imports
+    assert memory.peak_rss_bytes() >= len(big)  # and our own peak still counts what we touched

@@ -64,8 +64,29 @@ class LlamaLog:
         return out
 
 
+def vm_hwm_bytes(pid: int | str = "self") -> int | None:
+    """The high-water mark of a process's resident set (Linux's VmHWM), or None where /proc does not say
+    (another system, or a process that has exited)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def peak_rss_bytes() -> int:
-    """Peak resident set size of this process (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    """Peak resident set size of this process's own memory.
+
+    On Linux this is VmHWM, not getrusage's ru_maxrss: ru_maxrss survives exec, so a job started by a
+    process larger than itself (Snakemake's scheduler, pytest) reports its parent's resident set at the
+    fork until its own grows past it. VmHWM belongs to the address space the exec made. Elsewhere
+    ru_maxrss (bytes on macOS, KiB on the BSDs)."""
+    hwm = vm_hwm_bytes()
+    if hwm is not None:
+        return hwm
     r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(r if sys.platform == "darwin" else r * 1024)
 
