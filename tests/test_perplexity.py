@@ -65,6 +65,34 @@ def test_reference_against_itself_is_zero(reference, smollm_f16):
     assert math.isclose(s["ppl_base"], s["ppl"], rel_tol=1e-3)  # stored log-probs are exact to ~1e-4 nats
 
 
+def test_a_cached_tokenization_gives_the_same_pass_and_a_broken_cache_is_tokenized_again(
+        reference, smollm_q8, tmp_path, monkeypatch):
+    """Rungs of a family share their reference's tokenizer: the second pass over a corpus reads the
+    tokens from the user's cache (no tokenize call) and scores bit for bit what the first did; a cache
+    file cut short is not trusted but tokenized again; without a vocab name nothing is cached."""
+    from quantladder.measures.perplexity import runner
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path, _ = reference
+    calls = []
+
+    with _ctx(smollm_q8) as ctx:
+        real = ctx.tokenize
+        ctx.tokenize = lambda *a, **k: calls.append(1) or real(*a, **k)
+        first = P.run(ctx, TEXT, PROTO, reference=P.ReferenceReader(path), vocab_id="ref-sha")
+        (cached,) = (tmp_path / "quantladder" / "tokens").rglob("*.npy")
+        again = P.run(ctx, TEXT, PROTO, reference=P.ReferenceReader(path), vocab_id="ref-sha")
+        assert len(calls) == 1
+        assert again["tokens_sha256"] == first["tokens_sha256"]
+        assert np.array_equal(again["kld"], first["kld"]) and np.array_equal(again["nll"], first["nll"])
+        cached.write_bytes(cached.read_bytes()[:100])
+        assert np.array_equal(runner.tokenize_text(ctx, TEXT, vocab_id="ref-sha"), real(TEXT, add_special=True))
+        assert len(calls) == 2 and np.load(cached).size == len(real(TEXT, add_special=True))
+        runner.tokenize_text(ctx, TEXT)
+        runner.tokenize_text(ctx, TEXT, vocab_id="another-vocab")
+        assert len(calls) == 4 and len(list((tmp_path / "quantladder" / "tokens").rglob("*.npy"))) == 2
+
+
 def test_kld_grows_down_the_ladder(reference, smollm_q8, smollm_q2k):
     path, _ = reference
     out = {}

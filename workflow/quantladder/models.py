@@ -311,6 +311,14 @@ def _kv_overrides(llama_cpp, items: list[tuple[str, int | str]]):
     return arr
 
 
+def vocab_id(record: dict) -> str | None:
+    """A name for a rung's tokenizer: its reference's sha256 when the rung was quantized here from that
+    reference (llama-quantize copies every metadata key but the file type and the quantize.* keys it
+    adds, so the tokenizer is the reference's byte for byte), else the file's own sha256; None when the
+    record has neither (nothing is cached under a guess)."""
+    return record.get("reference_sha256") or record.get("sha256") or None
+
+
 def quantize(
     reference: str | os.PathLike,
     dst: str | os.PathLike,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ... import corpora, metrics
+from ... import corpora, metrics, models
 from ...budget import BudgetReached
 from ...card import check_same_card
 from ...engine import RawContext
@@ -24,6 +24,44 @@ from .stats import metric_rows, overlap_rows, summarize
 from .store import LOG_PROB_FLOOR, Checkpoint, Layout, ReferenceReader, ReferenceWriter, checkpoint_path, quantize_rows
 
 log = logging.getLogger(__name__)
+
+
+# -- the corpus's tokens -------------------------------------------------------------------------
+def tokenize_text(ctx, text: str, *, parse_special: bool = False, vocab_id: str | None = None) -> np.ndarray:
+    """``text``'s tokens as llama-perplexity makes them (BOS when the vocab adds one), kept in the
+    user's cache when ``vocab_id`` names the vocabulary.
+
+    Tokenizing a whole corpus is most of a short pass (Gemma-3's 262k-piece vocabulary: 22 s for the
+    2.3 MB code corpus, beside a 3 s decode), and every rung of a family tokenizes the same text with
+    the same vocabulary: llama-quantize copies the tokenizer's metadata unchanged, so a rung made here
+    is named by its reference's sha256 (models.vocab_id). The cache key is that, the text's sha256, the
+    flags and the llama.cpp release (its tokenizer code); a file that cannot be read is tokenized
+    again, and a new one appears whole (written aside, then renamed)."""
+    if not vocab_id:
+        return ctx.tokenize(text, add_special=True, parse_special=parse_special)
+    import llama_cpp
+
+    from ...io import user_cache
+
+    key = hash_obj({"vocab": vocab_id, "text": sha256_bytes(text.encode("utf-8")), "add_special": True,
+                    "parse_special": bool(parse_special), "llama_cpp": llama_cpp.__version__})
+    path = user_cache("tokens", key[:2], f"{key}.npy")
+    try:
+        cached = np.load(path, allow_pickle=False)
+        if cached.dtype == np.int32 and cached.ndim == 1:
+            return cached
+    except (OSError, ValueError, EOFError):
+        pass
+    tokens = ctx.tokenize(text, add_special=True, parse_special=parse_special)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            np.save(f, np.asarray(tokens, dtype=np.int32), allow_pickle=False)
+        os.replace(tmp, path)
+    except OSError as e:  # a read-only or full cache: the pass goes on without it
+        log.warning("token cache %s not written: %s", path, e)
+    return tokens
 
 
 # -- the pass ----------------------------------------------------------------------------------
@@ -38,7 +76,7 @@ def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = 
         write_reference: str | os.PathLike | None = None, ref_header: dict | None = None,
         progress_every: int = 10, deadline: float | None = None,
         checkpoint: str | os.PathLike | None = None, resume_key: str = "",
-        parse_special: bool = False) -> dict:
+        parse_special: bool = False, vocab_id: str | None = None) -> dict:
     """One pass over the corpus with a RawContext built with n_ctx = proto.context_tokens,
     n_batch = proto.batch_tokens, n_seq_max = proto.n_seq.
 
@@ -48,9 +86,9 @@ def run(ctx, text: str, proto: Protocol, *, reference: ReferenceReader | None = 
     call with the same `resume_key` continues from them, with results bit-identical to one
     uninterrupted pass (chunk groups are decoded with the same companions either way).
     `parse_special` tokenizes special-token text (a chat template's markers) as the special tokens
-    it names; llama-perplexity never does (its corpora are plain text).
+    it names; llama-perplexity never does (its corpora are plain text). ``vocab_id``: see tokenize_text.
     """
-    tokens = ctx.tokenize(text, add_special=True, parse_special=parse_special)
+    tokens = tokenize_text(ctx, text, parse_special=parse_special, vocab_id=vocab_id)
     n_chunk = n_chunks(len(tokens), proto)
     used = tokens[: n_chunk * proto.n_ctx].copy()
     if reference is not None:
@@ -280,16 +318,18 @@ def _kld_rows(lg, lse, target, meta, q, out, sl) -> None:
 
 
 # -- the rule jobs -----------------------------------------------------------------------------
-def calibration_tokens(ctx, text: str, settings: dict | None, parse_special: bool = False) -> np.ndarray:
+def calibration_tokens(ctx, text: str, settings: dict | None, parse_special: bool = False,
+                       vocab_id: str | None = None) -> np.ndarray:
     """The tokens an importance matrix was computed from: llama-imatrix reads the first
     chunks x n_ctx tokens of its text (all of it when the settings are unknown)."""
-    toks = ctx.tokenize(text, add_special=True, parse_special=parse_special or bool((settings or {}).get("parse_special")))
+    toks = tokenize_text(ctx, text, parse_special=parse_special or bool((settings or {}).get("parse_special")),
+                         vocab_id=vocab_id)
     if settings and settings.get("chunks") and settings.get("n_ctx"):
         toks = toks[: int(settings["chunks"]) * int(settings["n_ctx"])]
     return toks
 
 
-def _calibrations(ctx, cal: dict, calibration_files: list) -> list[dict]:
+def _calibrations(ctx, cal: dict, calibration_files: list, vocab_id: str | None = None) -> list[dict]:
     """The rung's calibration texts as the matrix saw them (tokens), or why that is unknown."""
     if not cal:
         return []  # no importance matrix: nothing to overlap with
@@ -297,7 +337,7 @@ def _calibrations(ctx, cal: dict, calibration_files: list) -> list[dict]:
         return [{"corpus": None, "reason": f"the rung's importance matrix {cal.get('file')} was made elsewhere: "
                                            "its calibration text is unknown"}]
     text = Path(calibration_files[0]).read_text(encoding="utf-8")
-    return [{"corpus": cal["corpus"], "tokens": calibration_tokens(ctx, text, cal.get("settings"))}]
+    return [{"corpus": cal["corpus"], "tokens": calibration_tokens(ctx, text, cal.get("settings"), vocab_id=vocab_id)}]
 
 
 def measure_pass(pt, corpus: str, ctx_label: str, *, corpus_file: str, corpus_info: str, reference: str | None,
@@ -316,10 +356,11 @@ def measure_pass(pt, corpus: str, ctx_label: str, *, corpus_file: str, corpus_in
     with RawContext(pt.model_path, n_ctx=proto.context_tokens, n_batch=proto.batch_tokens, n_seq_max=proto.n_seq,
                     kv=pt.kv, n_threads=pt.threads, n_gpu_layers=pt.config.get("gpu_layers", 0),
                     flash_attn=pt.config.get("flash_attn")) as ctx:
+        vocab = models.vocab_id(pt.model_record)
         res = run(ctx, text, proto, reference=reader, deadline=deadline, checkpoint=checkpoint_path(metrics_out),
-                  resume_key=spec, parse_special=parse_special)
+                  resume_key=spec, parse_special=parse_special, vocab_id=vocab)
         engine = ctx.resolved
-        calibrations = _calibrations(ctx, calibration, calibration_files)
+        calibrations = _calibrations(ctx, calibration, calibration_files, vocab)
     s = summarize(res)
     rows = metric_rows(s, proto.n_ctx, subset=corpus)
     ov = settings["overlap"]
@@ -389,7 +430,8 @@ def reference_pass(cfg: dict, card: str, corpus: str, ctx_label: str, *, gguf: s
                     kv="f16", n_threads=threads, n_gpu_layers=cfg.get("gpu_layers", 0),
                     flash_attn=cfg.get("flash_attn")) as ctx:
         res = run(ctx, text, proto, write_reference=logits_out, ref_header=header, deadline=deadline,
-                  checkpoint=checkpoint_path(logits_out), resume_key=spec, parse_special=parse_special)
+                  checkpoint=checkpoint_path(logits_out), resume_key=spec, parse_special=parse_special,
+                  vocab_id=models.vocab_id(ref))
     s = summarize(res)
     peak = peak_rss_bytes()
     log.info("reference %s: PPL %.4f, %d chunks of %d in %.1f s, peak RSS %.0f MiB", logits_out, s["ppl"],
