@@ -6,12 +6,14 @@ CORES  ?= all
 
 .PHONY: run run-full report test setup system-packages lint clean-results
 
+# A run that was killed (Ctrl-C twice, a reboot) resumes: the jobs it cut short are redone from their
+# resume stores (--rerun-incomplete), every finished job is kept.
 run: setup
-	$(BIN)/snakemake --cores $(CORES)
+	$(BIN)/snakemake --cores $(CORES) --rerun-incomplete
 
 # The whole embedded ladder (every rung, corpus and larger samples): hours, see the README.
 run-full: setup
-	$(BIN)/snakemake --cores $(CORES) --configfile config/full.yaml
+	$(BIN)/snakemake --cores $(CORES) --rerun-incomplete --configfile config/full.yaml
 
 # The report of whatever is finished, with what is left (works while a run goes on).
 report:

@@ -3,15 +3,13 @@
 import json
 
 from quantladder import models
-from quantladder.gguf_meta import read_info
 from quantladder.io import write_json
 from quantladder.scriptutil import main, mock_from_argv
 
 
 def run(smk):
     spec = json.loads(smk.params.source)
-    record = models.acquire(spec["source"], smk.output.gguf, sha256=spec.get("sha256"))
-    record["info"] = read_info(smk.output.gguf).as_dict()
+    record = models.acquire(spec["source"], smk.output.gguf, sha256=spec.get("sha256"))  # with its GGUF's info
     write_json(smk.output.info, record)
 
 

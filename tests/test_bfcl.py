@@ -307,7 +307,8 @@ def test_generation_and_scoring_rules_run(repo_root, tmp_path, bfcl_record, bfcl
     assert {(r["metric"], r["subset"]) for r in m["rows"]} >= {("accuracy", "simple_python"), ("accuracy", "irrelevance")}
     assert len((point / "verdicts.jsonl").read_text().splitlines()) == 2
     names = {r["metric"] for r in m["rows"]}
-    assert {"parse_failure_rate", "degenerate_items", "generation_seconds", "n_parallel"} <= names
+    assert {"parse_failure_rate", "degenerate_items", "generation_seconds"} <= names and "n_parallel" not in names
+    assert m["generation"]["n_parallel"] == 2  # a setting of the point (its dataset column), not a figure
     # a scoring-only change (the sandbox's wall time) reruns the score job and no generation job
     (work / "extra.yaml").write_text(extra.replace("    n_ctx: 4096\n", "    n_ctx: 4096\n    sandbox_wall_s: 12\n"))
     proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, env=env, timeout=900)

@@ -65,6 +65,34 @@ def test_the_same_checker_scores_a_correct_and_a_wrong_call(built, bfcl_record):
     assert rows[("parse_failure_rate", None, 8192)]["value"] == 100
 
 
+@pytest.mark.slow
+def test_the_real_model_answers_behind_the_haystack_and_the_checker_scores_it(built, bfcl_record, smollm_q8,
+                                                                               tmp_path):  # noqa: F811
+    """The 1K items through the one generation loop on the embedded model (two sequences at once) and
+    the score stage: every prompt is decoded whole (its token count as the items planned), the reply
+    ends or runs out of budget, BFCL's checker gives a verdict per item, and the rows sit at n_ctx 1024."""
+    from quantladder import generation, scoring
+    from quantladder.gguf_meta import read_info
+
+    bench, items, _ = built
+    short = [it for it in items if it.n_ctx == 1024]
+    run = generation.Loop(bench, short, key="k", store_dir=tmp_path, n_parallel=2,
+                          engine_for=lambda n_ctx: Engine(smollm_q8, EngineSettings(n_ctx=n_ctx, n_parallel=2, n_threads=2)),
+                          env=bench.open_env(bfcl_record, "generate")).run()
+    recs = {r["item_id"]: r for r in run.records}
+    assert set(recs) == {it.id for it in short}
+    for it in short:
+        r = recs[it.id]
+        assert r["n_prompt_tokens"] == it.data["n_prompt_tokens"] and r["finish_reason"] in ("stop", "length")
+        assert 0 < r["n_gen_tokens"] <= 256
+    out = scoring.score(bench, short, run.records, run.meta, key="s", store_dir=tmp_path,
+                        ctx=ScoringContext(bench.open_env(bfcl_record, "score")), kv_info=read_info(smollm_q8))
+    assert sorted(v["item_id"] for v in out.verdicts) == sorted(recs) and all("correct" in v for v in out.verdicts)
+    rows = {(r["metric"], r["subset"], r["n_ctx"]): r for r in out.rows}
+    head = rows[("accuracy", None, 1024)]
+    assert head["n"] == len(short) and head["value"] == 100 * sum(v["correct"] for v in out.verdicts) / len(short)
+
+
 def test_settings_keys_and_refusals(repo_root):
     """The items key names the haystack's lengths and seed; multi-turn categories are refused, naming the key."""
     cfg = qconfig.load(repo_root / "config" / "config.yaml")

@@ -6,7 +6,6 @@ the whole DAG: quantize, reference log-probs, perplexity passes, the checkpoints
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from scipy.stats import norm
@@ -72,3 +71,44 @@ def test_second_run_does_nothing(walked):
     work, path, _, _, target = walked
     r = snakemake(work, "-n", target, config=path)
     assert "Nothing to be done" in r.stdout + r.stderr
+
+
+def test_a_killed_walk_resumes_where_it_stopped(walked, tmp_path):
+    """The walk's Snakemake killed (SIGKILL to its process group: a node lost) once its first rung is
+    measured; the same command again (`make run`'s, with --rerun-incomplete) keeps that rung's figures,
+    measures only what is left, and gives the same answer as the uninterrupted walk."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from pipeline_util import REPO, SNAKEMAKE
+
+    _, _, cfg, card, target = walked
+    done = json.loads((walked[0] / target).read_text())
+    work = tmp_path / "killed"
+    work.mkdir()
+    path = write_config(work, cfg)
+    cmd = [SNAKEMAKE, target, "--snakefile", str(REPO / "Snakefile"), "--directory", str(work), "--cores", "2",
+           "--rerun-incomplete", "--configfile", str(path)]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow")}
+    first = done["path"][0]["rung"]
+    first_pass = work / qfind.figure_files(qfind.spec(cfg), cfg, card, first)[0]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 1800
+        while not first_pass.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert first_pass.exists() and proc.poll() is None, "the walk ended before its first rung was measured"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert not (work / target).exists()
+    kept = first_pass.stat().st_mtime_ns
+    snakemake(work, target, "--rerun-incomplete", config=path, timeout=3600)
+    assert first_pass.stat().st_mtime_ns == kept  # measured before the kill: not measured again
+    again = json.loads((work / target).read_text())
+    assert (again["rung"], again["verdict"]) == (done["rung"], done["verdict"])
+    assert [p["rung"] for p in again["path"]] == [p["rung"] for p in done["path"]]
+    dry = snakemake(work, "-n", target, config=path)
+    assert "Nothing to be done" in dry.stdout + dry.stderr

@@ -54,6 +54,7 @@ def test_every_metric_a_consumer_names_is_declared():
 # recommendation): listed so that the check above stays strict about everything else.
 NOT_METRICS = {
     "n_items",  # report: a flips count key
+    "n_parallel",  # a dataset column (the point's generation setting), and a key of generations.json
     # recommend: the answer's JSON keys
     "buffer_bytes", "context_tokens", "free_bytes", "kv_bytes", "memory_budget_bytes", "memory_bytes",
     "min_tg_tokens_per_s", "used_bytes",

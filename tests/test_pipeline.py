@@ -280,8 +280,9 @@ def test_task_points_have_their_headlines_flips_and_noise_floor(task_run):
     assert set(zip(flips["benchmark"], flips["rung"])) == {(b, r) for b in ("bfcl", "humaneval") for r in ("Q8_0", "Q2_K")}
     noise = df[df["metric"] == "noise_identical_share"]
     assert set(noise["benchmark"]) == {"bfcl", "humaneval"} and set(noise["rung"]) == {"F16"}
-    npar = df[df["metric"] == "n_parallel"]
-    assert set(npar["value"]) == {4.0}  # the points; the noise series ran at 1 (not a dataset point)
+    gen_rows = df[df["benchmark"].isin(["bfcl", "humaneval"])]
+    assert set(gen_rows["n_parallel"]) == {4}  # the points; the noise series ran at 1 (not a dataset point)
+    assert df[df["benchmark"] == "perplexity"]["n_parallel"].isna().all()  # nothing generated
     gen = work / f"results/{label}/noise/{FAMILY}/F16/f16/bfcl/generations.json"
     assert json.loads(gen.read_text())["n_parallel"] == 1
 

@@ -47,7 +47,10 @@ def _verdicts(n, losses, gains):
 def _write_point(root, rung, bench, rows, verdicts=None):
     d = root / CARD / FAMILY / rung / "f16" / bench
     d.mkdir(parents=True, exist_ok=True)
-    write_json(d / "metrics.json", {"benchmark": bench, "status": "ok", "rows": rows, "manifest": _manifest(rung)})
+    doc = {"benchmark": bench, "status": "ok", "rows": rows, "manifest": _manifest(rung)}
+    if verdicts is not None:  # a task point: its generation settings, as the score job writes them
+        doc["generation"] = {"n_parallel": 1}
+    write_json(d / "metrics.json", doc)
     if verdicts is not None:
         for v in verdicts:
             append_jsonl(d / "verdicts.jsonl", v)
@@ -69,8 +72,7 @@ def ds(tmp_path_factory):
                 rows += [row("generation_items", items, unit="items", n_ctx=n_ctx),
                          row("generation_prompt_tokens", pt, unit="tokens", n_ctx=n_ctx),
                          row("generation_output_tokens", ot, unit="tokens", n_ctx=n_ctx),
-                         row("generation_seconds", sec * 40.0 / tg, unit="s", n_ctx=n_ctx),
-                         row("n_parallel", 1, unit="1", n_ctx=n_ctx)]
+                         row("generation_seconds", sec * 40.0 / tg, unit="s", n_ctx=n_ctx)]
             _, rung_v = _verdicts(n, losses, gains)
             paths.append(_write_point(root, rung, bench, rows, rung_v))
     rows = aggregate.collect(paths)

@@ -68,5 +68,5 @@ def test_an_old_knob_name_is_refused_with_its_new_name():
     cfg = config.load(config.DEFAULT_CONFIG)
     cfg["benchmarks"]["bfcl"]["max_tokens"] = cfg["benchmarks"]["bfcl"].pop("max_new_tokens")
     with pytest.raises(ConfigError, match=r"benchmarks\.bfcl\.max_tokens: renamed max_new_tokens .* "
-                                          r"write max_new_tokens: 256"):
+                                          r"write max_new_tokens: 192"):
         config.validate_config(cfg, source="my.yaml")

@@ -60,6 +60,33 @@ def test_a_bad_file_fails_when_the_config_is_read(tmp_path):
 
 
 # -- the split by conversation id ----------------------------------------------------------------
+def test_csv_and_parquet_traffic_read_as_the_jsonl_does(repo_root, tmp_path):
+    """The same conversations as a table: `messages` as a JSON cell in a CSV, a list of structs in
+    Parquet, a plain-prompt row with the `messages` cell empty; ids, prompts and logged replies equal
+    the JSONL's, and a bad row is named by its line or row."""
+    import pandas as pd
+
+    src = T.read(repo_root / EXAMPLE)
+    rows = [{"id": c.id, "messages": [*map(dict, c.prompt), *([{"role": "assistant", "content": c.logged}]
+                                                              if c.logged else [])]} for c in src.items]
+    i = next(i for i, r in enumerate(rows) if len(r["messages"]) == 1)  # a single user turn: a plain prompt row
+    rows[i] = {"id": rows[i]["id"], "prompt": rows[i]["messages"][0]["content"]}
+    pd.DataFrame([{**r, "messages": json.dumps(r["messages"]) if "messages" in r else None} for r in rows]) \
+        .to_csv(tmp_path / "t.csv", index=False)
+    pd.DataFrame([{"id": r["id"], "messages": r.get("messages"), "prompt": r.get("prompt")} for r in rows]) \
+        .to_parquet(tmp_path / "t.parquet")
+    for name in ("t.csv", "t.parquet"):
+        got = T.read(tmp_path / name)
+        assert [c.id for c in got.items] == [c.id for c in src.items], name
+        assert (got.prompts_sha256, got.logged_sha256) == (src.prompts_sha256, src.logged_sha256), name
+    pd.DataFrame([{"id": "a", "messages": None, "prompt": None}]).to_parquet(tmp_path / "bad.parquet")
+    with pytest.raises(DataError, match=r"bad\.parquet:row 1: not a conversation: no 'messages' list"):
+        T.read(tmp_path / "bad.parquet")
+    (tmp_path / "bad.csv").write_text('id,messages\na,"[{""role"": ""user""}]"\n')
+    with pytest.raises(DataError, match=r"bad\.csv:2: field 'messages\[0\]'"):
+        T.read(tmp_path / "bad.csv")
+
+
 def test_split_is_disjoint_complete_and_moves_nothing_when_the_file_grows(tmp_path):
     lines = [{"id": f"conv-{i}", "prompt": f"question {i}"} for i in range(200)]
     p = _write(tmp_path, lines)

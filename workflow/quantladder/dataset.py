@@ -48,6 +48,8 @@ COLUMNS: list[tuple[str, pa.DataType, str]] = [
      "file)\" for a third-party file, whose maker's matrix is not recorded; null: made without a matrix"),
     ("recipe", pa.string(), "the tensor-type recipe's name (quantize.recipes); a recipe without a name (a built-in "
      "FP4 rung, per-rung tensor types) as its rules; null: the file type's own mixture"),
+    ("n_parallel", pa.int64(), "sequences the point's replies were decoded together with (a generation setting, "
+     "docs/generation.md); null where nothing was generated"),
     ("gguf_sha256", pa.string(), "sha256 of the rung's GGUF"),
     ("manifest_hash", pa.string(), "hash of the point's manifest spec (decides validity)"),
     ("harness_version", pa.string(), "quantladder harness version"),
@@ -177,6 +179,7 @@ def rows_from_point(metrics_path: str | Path, manifest_path: str | Path | None =
         "imatrix": (IMATRIX_UNKNOWN if model.get("rung_kind") == "prebuilt" and not model.get("imatrix") else
                     imatrix_label(model["imatrix"] if "imatrix" in model else asked.get("imatrix"))),
         "recipe": recipe_label(model.get("recipe_name") or asked.get("recipe"), model.get("recipe")),
+        "n_parallel": (m.get("generation") or {}).get("n_parallel"),
         "manifest_hash": man.get("spec_hash"), "harness_version": man.get("harness_version"),
         "llama_cpp_python": lib.get("llama_cpp_python"), "libllama_sha256": lib.get("libllama_sha256"),
         "card_name": card.get("name"), "card_fingerprint": card.get("fingerprint"),

@@ -198,8 +198,8 @@ def token_delta(row: dict, level: float = 1 - ALPHA) -> stats.FigureDelta | str:
 # ------------------------------------------------------------------------------------------ noise floor
 
 def _n_parallel(p) -> int | None:
-    vals = [r.get("value") for r in p.doc.get("rows", []) if r.get("metric") == "n_parallel"]
-    return int(vals[0]) if vals and vals[0] is not None else None
+    n = (p.doc.get("generation") or {}).get("n_parallel")
+    return int(n) if n is not None else None
 
 
 def noise_floors(points: list) -> dict:

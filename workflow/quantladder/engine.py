@@ -110,6 +110,13 @@ class Generation:
     n_kept_tokens: int = 0  # prompt tokens whose cells the previous request left (Request.continues)
     n_cached_tokens: int = 0  # prompt tokens whose cells came from the prefix cache (whole chunks)
 
+    def record(self, **after_text) -> dict:
+        """The reply as every benchmark stores it in generations.jsonl (``after_text``: the benchmark's
+        own fields, placed after the text)."""
+        return {"text": self.text, **after_text, "n_prompt_tokens": self.n_prompt_tokens,
+                "n_gen_tokens": self.n_gen_tokens, "finish_reason": self.finish_reason,
+                "seconds": round(self.seconds, 4)}
+
 
 Driver = Generator[Request, Generation, Any]
 
@@ -234,6 +241,10 @@ class Engine(LlamaHandle):
 
     _starts_with_bos = starts_with_bos
 
+    def prompt_tokens(self, text: str) -> tuple[int, ...]:
+        """A rendered prompt's tokens, BOS added unless the chat template already wrote it."""
+        return tuple(self.tokenize(text, add_bos=not self.starts_with_bos(text)))
+
     # -- chat template ----------------------------------------------------------------------
     @property
     def chat_template(self) -> str | None:
@@ -290,7 +301,6 @@ class Engine(LlamaHandle):
         (Request.continues); with the prefix cache a prompt's leading whole chunks may come from any
         stream that holds them (exact: see the module's docstring).
         """
-        lc = self.lc
         n_par = self.n_parallel
         pending = collections.deque(enumerate(drivers))
         slots: list[_Seq | None] = [None] * n_par

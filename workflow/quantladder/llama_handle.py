@@ -16,6 +16,7 @@ import os
 
 from .errors import ConfigError, ModelFileError
 from .gguf_meta import KV_GGML_TYPES
+from .io import sha256_file
 
 # ggml_log_level's ERROR (ggml/include/ggml.h); llama-cpp-python's own table predates its renumbering
 GGML_LOG_LEVEL_ERROR = 4
@@ -74,7 +75,6 @@ def library_info() -> dict:
     """llama-cpp-python's version and the sha256 of the libllama it loaded (part of every manifest)."""
     import llama_cpp
 
-    from .io import sha256_file
 
     lib_path = None
     for name in ("_lib", "_lib_base"):

@@ -283,6 +283,4 @@ declare(
            group="generation"),
     Metric("generation_seconds", "s", "wall time the generation loop spent on them, at n_ctx", (TASK,),
            higher_is_better=False, group="generation"),
-    Metric("n_parallel", "1", "sequences decoded together (a generation setting of the point)", (TASK,),
-           group="generation"),
 )

@@ -202,7 +202,7 @@ def acquire(source: dict, dest: str | os.PathLike, sha256: str | None = None, ca
     info = read_info(src)  # catches truncated files before anything is written
     with atomic_path(dest) as tmp:
         shutil.copyfile(src, tmp)
-    return _acquired(source, src, digest, sha256, info)
+    return _acquired(source, src, digest, sha256, info, dest)
 
 
 def _acquire_parts(source: dict, dest, sha256, cache_dir) -> dict:
@@ -221,10 +221,11 @@ def _acquire_parts(source: dict, dest, sha256, cache_dir) -> dict:
             raise ModelFileError(f"{', '.join(map(str, paths))} joined: sha256 is {digest}, the config expects {sha256}")
         check_magic(tmp)
         info = read_info(tmp)
-    return _acquired(source, paths, digest, sha256, info)
+    return _acquired(source, paths, digest, sha256, info, dest)
 
 
-def _acquired(source, src, digest, sha256, info) -> dict:
+def _acquired(source, src, digest, sha256, info, dest) -> dict:
+    """The acquired file's record; ``info`` is what its GGUF says (the same bytes, read before the copy)."""
     return {
         "source": source,
         "resolved_path": [str(p) for p in src] if isinstance(src, list) else str(src),
@@ -233,6 +234,7 @@ def _acquired(source, src, digest, sha256, info) -> dict:
         "file_bytes": info.file_bytes,
         "file_type": info.file_type,
         "architecture": info.architecture,
+        "info": {**info.as_dict(), "path": str(dest)},
     }
 
 

@@ -40,8 +40,7 @@ from . import dataset_view as dv
 from . import deltas, stats
 from .errors import QuantladderError
 
-GEN_METRICS = ("generation_items", "generation_prompt_tokens", "generation_output_tokens", "generation_seconds",
-               "n_parallel")
+GEN_METRICS = ("generation_items", "generation_prompt_tokens", "generation_output_tokens", "generation_seconds")
 FLIPS = ("flips_right_to_wrong", "flips_wrong_to_right")
 
 
@@ -147,8 +146,7 @@ def point_costs(df: pd.DataFrame) -> list[dict]:
                "prompt_tokens": float(tot.get("generation_prompt_tokens", float("nan"))),
                "output_tokens": float(tot.get("generation_output_tokens", float("nan"))),
                "actual_s": float(tot["generation_seconds"]) if "generation_seconds" in tot else None,
-               "n_parallel": int(rows.loc[rows["metric"] == "n_parallel", "value"].max())
-               if (rows["metric"] == "n_parallel").any() else None}
+               "n_parallel": int(rows["n_parallel"].max()) if rows["n_parallel"].notna().any() else None}
         sp = speed.get((family, rung, kv), {})
         pp, tg = sp.get("pp_tokens_per_s"), sp.get("tg_tokens_per_s")
         rec["pp_tokens_per_s"], rec["tg_tokens_per_s"] = pp, tg

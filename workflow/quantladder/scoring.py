@@ -141,8 +141,6 @@ def common_rows(verdicts: list[dict], gen_meta: dict, *, kv_info=None, kv: str =
                 d = sum(bool(v.get("degenerate")) for v in vs)
                 rows.append(metrics.row("degenerate_items", d, n=len(vs), n_ctx=c))
                 rows.append(metrics.row("degenerate_share", 100.0 * d / len(vs), n=len(vs), n_ctx=c))
-    if gen_meta.get("n_parallel") is not None:
-        rows.append(metrics.row("n_parallel", int(gen_meta["n_parallel"])))
     for c, g in sorted((gen_meta.get("groups") or {}).items(), key=lambda kv_: int(kv_[0])):
         c = int(c)
         rows.append(metrics.row("generation_items", g["items"], n_ctx=c))

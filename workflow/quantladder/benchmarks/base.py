@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Generator
 
 from .. import schemas
+from ..engine import Generation, Request
 from ..errors import ConfigError, DataError
 from ..io import ITEMS, JsonlFile, verify_sha256
 
@@ -164,6 +165,17 @@ class Benchmark:
         with at least ``text``, ``n_prompt_tokens``, ``n_gen_tokens``, ``finish_reason``). Nothing
         here executes what the model wrote, except inside the sandbox (BFCL multi-turn)."""
         raise NotImplementedError
+
+    @staticmethod
+    def ask(engine, prompt: str, max_tokens: int, stop=()) -> Generator[Request, Generation, Generation]:
+        """One request for a rendered prompt (``yield from`` in a driver): the Generation it gets."""
+        return (yield Request(engine.prompt_tokens(prompt), int(max_tokens), tuple(stop)))
+
+    def ask_user(self, engine, content: str) -> Generator[Request, Generation, dict]:
+        """The single-turn chat driver: ``content`` as the user's turn, ``max_new_tokens`` of reply."""
+        gen = yield from self.ask(engine, engine.chat_prompt([{"role": "user", "content": content}]),
+                                  self.settings["max_new_tokens"])
+        return gen.record()
 
     def open_env(self, source: dict, stage: str) -> Env:
         """The job's environment for ``stage`` ("generate" or "score"); a sandbox executor where needed."""

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
 
 from ..engine import RawContext
+from ..io import read_json, write_json
 from ..metrics import row as metric_row
 from .speed import bench_gen, bench_prompt
 
@@ -477,7 +478,6 @@ def idle_baseline(cache_path: str | os.PathLike, reader, *, window_s: float = DE
     """The node's idle power: reused from ``cache_path`` when that record is for this node, job and
     card and younger than ``max_age_s``; else measured for ``window_s`` (the card must be idle:
     call before loading the model) and written there. ``cached`` says which."""
-    from ..io import read_json, write_json
 
     node = node or node_name()
     job = job or job_id()

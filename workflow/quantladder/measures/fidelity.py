@@ -25,13 +25,17 @@ The records are the generation loop's: ``prompt_ids`` and ``reply_ids`` of an it
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 
 from .. import metrics
+from ..card import check_same_card
 from ..gguf_meta import padded_ctx
+from ..io import read_json, read_jsonl, sha256_file, write_json
 from ..metrics import TASK, Metric
 from ..stats.tokens import token_mean
+from .perplexity.store import Layout, ReferenceReader
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +80,6 @@ def sequences(records: list[dict]) -> tuple[list[dict], list[list[int]], list[in
 
 
 def layout_of(toks: list[list[int]], firsts: list[int]):
-    from .perplexity.store import Layout
-
     return Layout(tuple(len(t) for t in toks), tuple(firsts)), np.asarray([x for t in toks for x in t], dtype=np.int32)
 
 
@@ -181,11 +183,6 @@ def reference_job(cfg: dict, card: str, *, gguf: str, info: str, generations: st
                   deadline: float | None, logits_out: str, info_out: str) -> None:
     """Rule reply_logits: the reference rung teacher-forced through its own replies (f16 KV, as the
     corpora's store), its quantized log-probs stored once per (card, family, benchmark)."""
-    from pathlib import Path
-
-    from ..card import check_same_card
-    from ..io import read_json, read_jsonl, sha256_file, write_json
-
     check_same_card(card, cfg.get("card"))
     ref = read_json(info)
     records = read_jsonl(generations)
@@ -207,9 +204,6 @@ def point_job(pt, *, reference_logits: str, reference_info: str, reference_gener
               deadline: float | None, metrics_out: str) -> None:
     """Rule fidelity: one task point's replies against the reference rung's (first divergence,
     length, loops) and its teacher-forced KLD / same-top on the reference's replies."""
-    from ..io import read_json, read_jsonl, sha256_file
-    from .perplexity.store import ReferenceReader
-
     info = read_json(reference_info)
     ref_records = read_jsonl(reference_generations)
     rows = reply_rows(ref_records, read_jsonl(generations))

@@ -103,7 +103,7 @@ def memory_table(d: pd.DataFrame, family: str, benchmark: str) -> str:
     for (rung, kv), g in b.groupby(["rung", "kv"], sort=False):
         peak = g[(g["metric"] == "peak_mem_bytes") & g["n_ctx"].notna() & g["value"].notna()]
         kvp = g[(g["metric"] == "kv_bytes_predicted") & g["n_ctx"].notna()]
-        npar = g[g["metric"] == "n_parallel"]["value"].dropna()
+        npar = g["n_parallel"].dropna()
         w = fam[(fam["rung"] == rung) & (fam["metric"] == "weights_bytes")]["value"].dropna()
         if peak.empty or kvp.empty:
             continue

@@ -39,6 +39,7 @@ from scipy import optimize, special
 from scipy import stats as sps
 
 from ..errors import DataError
+from ..io import VERDICTS, JsonlFile
 
 EXACT_SUPPORT_MAX = 200_000  # distinct values of the sign-flip statistic before Monte Carlo takes over
 MC_DRAWS = 100_000
@@ -113,7 +114,6 @@ def pair_verdicts(reference: Sequence[Mapping], rung: Sequence[Mapping], *, kind
 
 def read_verdicts(path: str | Path) -> list[dict]:
     """A point's ``verdicts.jsonl``, checked against the count and sha256 its metrics.json records."""
-    from ..io import VERDICTS, JsonlFile
 
     p = Path(path)
     if not p.exists():

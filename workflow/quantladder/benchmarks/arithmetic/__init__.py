@@ -107,13 +107,7 @@ class Arithmetic(Benchmark):
 
     # -- generation ----------------------------------------------------------------------------
     def drive(self, item, engine, env):
-        from ...engine import Request
-
-        text = engine.chat_prompt([{"role": "user", "content": item.data["prompt"]}])
-        tokens = engine.tokenize(text, add_bos=not engine.starts_with_bos(text))
-        gen = yield Request(tuple(tokens), int(self.settings["max_new_tokens"]))
-        return {"text": gen.text, "n_prompt_tokens": gen.n_prompt_tokens, "n_gen_tokens": gen.n_gen_tokens,
-                "finish_reason": gen.finish_reason, "seconds": round(gen.seconds, 4)}
+        return (yield from self.ask_user(engine, item.data["prompt"]))
 
     # -- scoring -------------------------------------------------------------------------------
     def verdicts(self, items, generations, ctx):

@@ -15,7 +15,6 @@ from collections import Counter
 from pathlib import Path
 
 from ... import metrics
-from ...engine import Request
 from ...metrics import Metric
 from ..base import Benchmark, Env, Item
 from . import data, prompts, score
@@ -124,11 +123,8 @@ class BFCL(Benchmark):
 
             return (yield from drive_item(engine, env.root, item.data, env.executor, max_tokens=s["max_new_tokens"],
                                           step_limit=s["step_limit"]))
-        prompt = engine.chat_prompt(self.messages(env.root, item.data))
-        tokens = engine.tokenize(prompt, add_bos=not engine.starts_with_bos(prompt))
-        gen = yield Request(tuple(tokens), int(s["max_new_tokens"]))
-        return {"text": gen.text, "n_prompt_tokens": gen.n_prompt_tokens, "n_gen_tokens": gen.n_gen_tokens,
-                "finish_reason": gen.finish_reason, "seconds": round(gen.seconds, 4)}
+        gen = yield from self.ask(engine, engine.chat_prompt(self.messages(env.root, item.data)), s["max_new_tokens"])
+        return gen.record()
 
     def messages(self, root, data: dict) -> list[dict]:
         """A single-turn item's first messages: BFCL's system prompt, then the item's turn."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 
 from ... import metrics
-from ...engine import Request
 from ...metrics import Metric
 from ..base import Benchmark, Item
 from . import data, prompts
@@ -77,11 +76,8 @@ class _CodeSuite(Benchmark):
     def drive(self, item, engine, env):
         prompt = prompts.chat_prompt(lambda m: engine.chat_prompt(m, add_generation_prompt=False),
                                      item.data["prompt"], item.subset or "complete")
-        tokens = engine.tokenize(prompt, add_bos=not engine.starts_with_bos(prompt))
-        gen = yield Request(tuple(tokens), int(self.settings["max_new_tokens"]), prompts.STOP)
-        return {"text": gen.text, "code": extract_code(gen.text, item.data["entry_point"]),
-                "n_prompt_tokens": gen.n_prompt_tokens, "n_gen_tokens": gen.n_gen_tokens,
-                "finish_reason": gen.finish_reason, "seconds": round(gen.seconds, 4)}
+        gen = yield from self.ask(engine, prompt, self.settings["max_new_tokens"], prompts.STOP)
+        return gen.record(code=extract_code(gen.text, item.data["entry_point"]))
 
     # -- scoring -------------------------------------------------------------------------------
     def verdicts(self, items, generations, ctx):

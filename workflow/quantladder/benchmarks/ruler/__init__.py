@@ -10,7 +10,7 @@ types come from the point, never from here.
 from __future__ import annotations
 
 from ... import metrics, schemas
-from ...engine import Engine, EngineSettings, Request
+from ...engine import Engine, EngineSettings
 from ...errors import ConfigError
 from ...gguf_meta import read_info
 from ...io import hash_obj, sha256_file
@@ -120,12 +120,8 @@ class Ruler(Benchmark):
         return max(known, default=int(n_ctx_train or 0) or 4096)
 
     def drive(self, item, engine, env):
-        prompt = item.data["prompt"]
-        tokens = engine.tokenize(prompt, add_bos=not engine.starts_with_bos(prompt))
-        gen = yield Request(tuple(tokens), int(item.data["tokens_to_generate"]))
-        return {"text": gen.text, "n_prompt_tokens": gen.n_prompt_tokens, "n_gen_tokens": gen.n_gen_tokens,
-                "finish_reason": gen.finish_reason, "seconds": round(gen.seconds, 4),
-                "loop_share": round(repeated_ngram_share(gen.text), 4)}
+        gen = yield from self.ask(engine, item.data["prompt"], item.data["tokens_to_generate"])
+        return {**gen.record(), "loop_share": round(repeated_ngram_share(gen.text), 4)}
 
     def verdicts(self, items, generations, ctx):
         todo = [{"item_id": it.id, "task": it.subset, "length": it.n_ctx, **it.answer} for it in items

@@ -105,14 +105,9 @@ class Tasks(Benchmark):
 
     # -- generation ----------------------------------------------------------------------------
     def drive(self, item, engine, env):
-        from ...engine import Request
-
-        text = prompt_text(item.data, engine.chat_prompt)
-        tokens = engine.tokenize(text, add_bos=not engine.starts_with_bos(text))
         n = item.data.get("max_tokens") or self.settings["max_new_tokens"]
-        gen = yield Request(tuple(tokens), int(n), tuple(item.data.get("stop") or ()))
-        return {"text": gen.text, "n_prompt_tokens": gen.n_prompt_tokens, "n_gen_tokens": gen.n_gen_tokens,
-                "finish_reason": gen.finish_reason, "seconds": round(gen.seconds, 4)}
+        gen = yield from self.ask(engine, prompt_text(item.data, engine.chat_prompt), n, item.data.get("stop") or ())
+        return gen.record()
 
     # -- scoring -------------------------------------------------------------------------------
     def scoring_setup(self):

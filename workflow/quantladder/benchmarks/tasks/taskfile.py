@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ... import REPO_ROOT
-from ...errors import ConfigError, DataError
+from ...errors import DataError
 from ...io import hash_obj, sha256_file
 from ...models import hub_file
 from . import checks as C

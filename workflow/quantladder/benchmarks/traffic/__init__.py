@@ -95,13 +95,8 @@ class Traffic(Benchmark):
                        "logged_replies": sum(c.logged is not None for c in tf.items)}
 
     def drive(self, item, engine, env):
-        from ...engine import Request
-
-        text = prompt_text(item.data, engine.chat_prompt)
-        tokens = engine.tokenize(text, add_bos=not engine.starts_with_bos(text))
-        gen = yield Request(tuple(tokens), int(self.settings["max_new_tokens"]))
-        rec = {"text": gen.text, "n_prompt_tokens": gen.n_prompt_tokens, "n_gen_tokens": gen.n_gen_tokens,
-               "finish_reason": gen.finish_reason, "seconds": round(gen.seconds, 4)}
+        gen = yield from self.ask(engine, prompt_text(item.data, engine.chat_prompt), self.settings["max_new_tokens"])
+        rec = gen.record()
         logged = (item.answer or {}).get("logged")
         if logged:  # the logged reply in this model's tokens: the fidelity rule teacher-forces it
             rec["logged_ids"] = engine.tokenize(logged, add_bos=False, special=False)

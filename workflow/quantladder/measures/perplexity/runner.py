@@ -17,7 +17,7 @@ from ... import corpora, metrics, models
 from ...budget import BudgetReached
 from ...card import check_same_card
 from ...engine import RawContext
-from ...io import hash_obj, read_json, sha256_bytes, sha256_file, verify_sha256, write_json
+from ...io import hash_obj, read_json, sha256_bytes, sha256_file, user_cache, verify_sha256, write_json
 from ..memory import peak_rss_bytes
 from .passes import Protocol, n_chunks, pass_config, pass_name, pass_settings, protocol
 from .stats import metric_rows, overlap_rows, summarize
@@ -40,8 +40,6 @@ def tokenize_text(ctx, text: str, *, parse_special: bool = False, vocab_id: str 
     if not vocab_id:
         return ctx.tokenize(text, add_special=True, parse_special=parse_special)
     import llama_cpp
-
-    from ...io import user_cache
 
     key = hash_obj({"vocab": vocab_id, "text": sha256_bytes(text.encode("utf-8")), "add_special": True,
                     "parse_special": bool(parse_special), "llama_cpp": llama_cpp.__version__})
