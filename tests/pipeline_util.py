@@ -72,6 +72,16 @@ def task_workdir(wd: Path, cfg: dict, rungs: dict[str, tuple[str, Path]], benchm
                                   + "".join(f'include: "{REPO}/rules/{r}.smk"\n' for r in rules))
 
 
+def scratch_snakemake(wd: Path, *args: str, timeout: int = 1200, check: bool = True) -> subprocess.CompletedProcess:
+    """Snakemake on a :func:`task_workdir` (its own Snakefile), this checkout's package on the path."""
+    r = subprocess.run([SNAKEMAKE, "-s", str(wd / "Snakefile"), "-d", str(wd), "--cores", "2", "--nolock", *args],
+                       capture_output=True, text=True, timeout=timeout,
+                       env={**os.environ, "PYTHONPATH": str(REPO / "workflow")})
+    if check:
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
+    return r
+
+
 def write_config(workdir: Path, cfg: dict) -> Path:
     p = workdir / "test-config.yaml"
     p.write_text(yaml.safe_dump(cfg, sort_keys=False))

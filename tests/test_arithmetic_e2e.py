@@ -9,16 +9,13 @@ llama.cpp thread, so that a job's CPU time is its time on an idle core whatever 
 from __future__ import annotations
 
 import csv
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from quantladder.io import read_jsonl
-from pipeline_util import task_workdir
+from pipeline_util import scratch_snakemake, task_workdir
 
 REPO = Path(__file__).resolve().parents[1]
 FAM, CARD = "smollm2", "testcard"
@@ -40,11 +37,7 @@ def run(smollm_f16, smollm_q4km, smollm_q2k, tmp_path_factory):
         "generation": default["generation"],
     }
     task_workdir(wd, cfg, rungs, "arithmetic")
-    exe = Path(sys.executable).with_name("snakemake")
-    r = subprocess.run([str(exe), "-s", str(wd / "Snakefile"), "-d", str(wd), "--cores", "2", "--nolock",
-                        f"results/{CARD}/points.parquet"], capture_output=True, text=True, timeout=1200,
-                       env={**os.environ, "PYTHONPATH": str(REPO / "workflow")})
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
+    scratch_snakemake(wd, f"results/{CARD}/points.parquet")
     return wd
 
 

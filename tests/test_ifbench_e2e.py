@@ -6,20 +6,16 @@ must decide every prompt and every instruction as our verdicts do, strict and lo
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
 
-from quantladder.gguf_meta import read_info
-from quantladder.io import read_json, read_jsonl, sha256_file, write_json
+from quantladder.io import read_json, read_jsonl
 from quantladder.benchmarks.instructions import data
 
 import ifbench_official
+from pipeline_util import scratch_snakemake, task_workdir
 
 REPO = Path(__file__).resolve().parents[1]
 FAM, CARD = "smollm2", "testcard"
@@ -35,14 +31,7 @@ def _point(wd: Path, rung: str) -> Path:
 @pytest.fixture(scope="module")
 def run(smollm_f16, smollm_q4km, tmp_path_factory):
     wd = tmp_path_factory.mktemp("ifbench-e2e")
-    for rung, model in (("F16", smollm_f16), ("Q4_K_M", smollm_q4km)):
-        gguf = wd / f"resources/models/{FAM}/{RUNGS[rung]}/{rung}.gguf"
-        gguf.parent.mkdir(parents=True, exist_ok=True)
-        gguf.symlink_to(model)
-        write_json(str(gguf) + ".json", {"sha256": sha256_file(model), "info": read_info(model).as_dict(),
-                                         "method": "test fixture"})
-    write_json(wd / f"results/{CARD}/anchors/ifbench.json",
-               {"benchmark": "ifbench", "status": "unanchored", "reason": "test run"})
+    models = {"F16": smollm_f16, "Q4_K_M": smollm_q4km}
     default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["benchmarks"]["ifbench"]
     cfg = {
         "card": CARD,
@@ -52,21 +41,8 @@ def run(smollm_f16, smollm_q4km, tmp_path_factory):
         "benchmarks": {"ifbench": default},  # the default config's section, as `make run` runs it
         "generation": {"noise_floor": {"enabled": False}},
     }
-    (wd / "config.yaml").write_text(yaml.safe_dump(cfg))
-    (wd / "config").mkdir()
-    (wd / "config" / "schemas").symlink_to(REPO / "config" / "schemas")
-    (wd / "config" / "anchors.yaml").symlink_to(REPO / "config" / "anchors.yaml")
-    (wd / "Snakefile").write_text(textwrap.dedent(f"""\
-        configfile: "config.yaml"
-        include: "{REPO}/rules/common.smk"
-        include: "{REPO}/rules/tasks.smk"
-        include: "{REPO}/rules/aggregate.smk"
-        """))
-    exe = Path(sys.executable).with_name("snakemake")
-    r = subprocess.run([str(exe), "-s", str(wd / "Snakefile"), "-d", str(wd), "--cores", "2", "--nolock",
-                        f"results/{CARD}/points.parquet"], capture_output=True, text=True, timeout=1200,
-                       env={**os.environ, "PYTHONPATH": str(REPO / "workflow")})
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
+    task_workdir(wd, cfg, {r: (RUNGS[r], m) for r, m in models.items()}, "ifbench")
+    scratch_snakemake(wd, f"results/{CARD}/points.parquet")
     return {"wd": wd, "section": default}
 
 

@@ -12,15 +12,12 @@ import re
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
-import yaml
 
-from quantladder.gguf_meta import read_info
-from quantladder.io import read_jsonl, sha256_file, write_json
-from pipeline_util import planned_jobs
+from quantladder.io import read_jsonl
+from pipeline_util import planned_jobs, scratch_snakemake, task_workdir
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "config" / "tasks"
@@ -31,12 +28,7 @@ pytestmark = pytest.mark.slow
 
 
 def _snakemake(wd: Path, *args: str) -> subprocess.CompletedProcess:
-    exe = Path(sys.executable).with_name("snakemake")
-    r = subprocess.run([str(exe), "-s", str(wd / "Snakefile"), "-d", str(wd), "--cores", "2", "--nolock", *args,
-                        f"results/{CARD}/points.parquet"], capture_output=True, text=True, timeout=1200,
-                       env={**os.environ, "PYTHONPATH": str(REPO / "workflow")})
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
-    return r
+    return scratch_snakemake(wd, *args, f"results/{CARD}/points.parquet")
 
 
 def _point(wd: Path, rung: str) -> Path:
@@ -48,14 +40,6 @@ def run(smollm_f16, smollm_q8, tmp_path_factory):
     wd = tmp_path_factory.mktemp("tasks-e2e")
     tasks = wd / "my-tasks"
     shutil.copytree(EXAMPLE, tasks)
-    for rung, model in (("F16", smollm_f16), ("Q8_0", smollm_q8)):
-        gguf = wd / f"resources/models/{FAM}/{RUNGS[rung]}/{rung}.gguf"
-        gguf.parent.mkdir(parents=True, exist_ok=True)
-        gguf.symlink_to(model)
-        write_json(str(gguf) + ".json", {"sha256": sha256_file(model), "info": read_info(model).as_dict(),
-                                         "method": "test fixture"})
-    write_json(wd / f"results/{CARD}/anchors/tasks.json",
-               {"benchmark": "tasks", "status": "unanchored", "reason": "test run"})
     cfg = {
         "card": CARD,
         "threads": 1,
@@ -65,16 +49,7 @@ def run(smollm_f16, smollm_q8, tmp_path_factory):
         "benchmarks": {"tasks": {"enabled": True, "source": {"path": str(tasks / "example.jsonl")}}},
         "generation": {"n_parallel": 1, "noise_floor": {"enabled": False}},
     }
-    (wd / "config.yaml").write_text(yaml.safe_dump(cfg))
-    (wd / "config").mkdir()
-    (wd / "config" / "schemas").symlink_to(REPO / "config" / "schemas")
-    (wd / "config" / "anchors.yaml").symlink_to(REPO / "config" / "anchors.yaml")
-    (wd / "Snakefile").write_text(textwrap.dedent(f"""\
-        configfile: "config.yaml"
-        include: "{REPO}/rules/common.smk"
-        include: "{REPO}/rules/tasks.smk"
-        include: "{REPO}/rules/aggregate.smk"
-        """))
+    task_workdir(wd, cfg, {"F16": ("reference", smollm_f16), "Q8_0": ("quantized", smollm_q8)}, "tasks")
     proc = _snakemake(wd)
     return {"wd": wd, "tasks": tasks / "example.jsonl", "log": proc.stderr}
 

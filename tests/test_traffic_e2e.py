@@ -6,18 +6,13 @@ the reference's replies and on the logged ones, first divergence, length and loo
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
-from quantladder.gguf_meta import read_info
-from quantladder.io import read_json, read_jsonl, sha256_file, write_json
+from pipeline_util import scratch_snakemake, task_workdir
+from quantladder.io import read_json, read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 FAM, CARD = "smollm2", "testcard"
@@ -29,14 +24,6 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def run(smollm_f16, smollm_q2k, tmp_path_factory):
     wd = tmp_path_factory.mktemp("traffic-e2e")
-    for rung, model in (("F16", smollm_f16), ("Q2_K", smollm_q2k)):
-        gguf = wd / f"resources/models/{FAM}/{RUNGS[rung]}/{rung}.gguf"
-        gguf.parent.mkdir(parents=True, exist_ok=True)
-        gguf.symlink_to(model)
-        write_json(str(gguf) + ".json", {"sha256": sha256_file(model), "info": read_info(model).as_dict(),
-                                         "method": "test fixture"})
-    write_json(wd / f"results/{CARD}/anchors/traffic.json",
-               {"benchmark": "traffic", "status": "unanchored", "reason": "test run"})
     cfg = {
         "card": CARD,
         "threads": 1,
@@ -46,22 +33,9 @@ def run(smollm_f16, smollm_q2k, tmp_path_factory):
                                    "max_new_tokens": 64}},
         "generation": {"n_parallel": 1, "noise_floor": {"enabled": False}},
     }
-    (wd / "config.yaml").write_text(yaml.safe_dump(cfg))
-    (wd / "config").mkdir()
-    (wd / "config" / "schemas").symlink_to(REPO / "config" / "schemas")
-    (wd / "config" / "anchors.yaml").symlink_to(REPO / "config" / "anchors.yaml")
-    (wd / "Snakefile").write_text(textwrap.dedent(f"""\
-        configfile: "config.yaml"
-        include: "{REPO}/rules/common.smk"
-        include: "{REPO}/rules/tasks.smk"
-        include: "{REPO}/rules/fidelity.smk"
-        include: "{REPO}/rules/aggregate.smk"
-        """))
-    exe = Path(sys.executable).with_name("snakemake")
-    r = subprocess.run([str(exe), "-s", str(wd / "Snakefile"), "-d", str(wd), "--cores", "2", "--nolock",
-                        f"results/{CARD}/points.parquet"], capture_output=True, text=True, timeout=1800,
-                       env={**os.environ, "PYTHONPATH": str(REPO / "workflow")})
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
+    task_workdir(wd, cfg, {"F16": ("reference", smollm_f16), "Q2_K": ("quantized", smollm_q2k)}, "traffic",
+                 rules=("common", "tasks", "fidelity", "aggregate"))
+    scratch_snakemake(wd, f"results/{CARD}/points.parquet", timeout=1800)
     return wd
 
 

@@ -72,6 +72,23 @@ def _series_label(kv, subset, n_ctx, vary: set[str]) -> str:
     return " · ".join(p for p in parts if p)
 
 
+def draw_series(ax, g: pd.DataFrame, x: str, div: float, color, linestyle: str, label: str) -> set[str]:
+    """One series of points against column ``x``: the line with its error bars, each point marked by its
+    status (STATUS_MARK). Returns the statuses drawn (for the legend)."""
+    err = g["stderr"].to_numpy(float) / div
+    ax.errorbar(g[x].to_numpy(float), g["value"].to_numpy(float) / div,
+                yerr=None if all(math.isnan(e) for e in err) else [0 if math.isnan(e) else e for e in err],
+                color=color, linestyle=linestyle, capsize=3, linewidth=1.4, label=label)
+    statuses = set()
+    for st, sg in g.groupby("status"):
+        statuses.add(st)
+        m, filled = STATUS_MARK.get(st, ("o", True))
+        ax.scatter(sg[x], sg["value"] / div, marker=m, s=90 if m == "x" else 30, zorder=3, color=color,
+                   facecolors=(color if filled else "white") if m != "x" else None,
+                   linewidths=2.2 if m == "x" else 1.5)
+    return statuses
+
+
 def status_legend(ax, statuses: set[str]):
     from matplotlib.lines import Line2D
 
@@ -166,19 +183,9 @@ def overview_figure(F: Figures, rows: pd.DataFrame, card: str, benchmark: str, m
     fig, ax = F.new()
     statuses = set()
     for (fam, kv), g in rows.groupby(["family", "kv"], sort=True):
-        g = g.sort_values("bits_per_weight")
-        color = colors[fams.index(fam) % len(colors)]
-        err = g["stderr"].to_numpy(float) / div
-        ax.errorbar(g["bits_per_weight"].to_numpy(float), g["value"].to_numpy(float) / div,
-                    yerr=None if all(math.isnan(e) for e in err) else [0 if math.isnan(e) else e for e in err],
-                    color=color, linestyle=styles[kvs.index(kv) % len(styles)], capsize=3, linewidth=1.4,
-                    label=f"{fam} · KV {kv}")
-        for st, sg in g.groupby("status"):
-            statuses.add(st)
-            m, filled = STATUS_MARK.get(st, ("o", True))
-            ax.scatter(sg["bits_per_weight"], sg["value"] / div, marker=m, s=90 if m == "x" else 30, zorder=3,
-                       color=color, facecolors=(color if filled else "white") if m != "x" else None,
-                       linewidths=2.2 if m == "x" else 1.5)
+        statuses |= draw_series(ax, g.sort_values("bits_per_weight"), "bits_per_weight", div,
+                                colors[fams.index(fam) % len(colors)], styles[kvs.index(kv) % len(styles)],
+                                f"{fam} · KV {kv}")
     ax.set_xlabel("bits per weight (bits)")
     ax.set_ylabel(f"{metric} ({ylab})" + (f" at {where}" if where else ""))
     ax.set_title(f"{card}: {benchmark} · {metric}")

@@ -11,13 +11,11 @@ jobs' peak memory beside ``n_parallel`` × the predicted KV cache of one sequenc
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from .. import dataset_view as dv
 from .. import metrics as qmetrics
-from .figures import STATUS_MARK, Figures
+from .figures import Figures, draw_series
 from .markup import esc, table, unit_axis
 
 MAX_PANELS = 12  # per benchmark and family; the rest are in the family's tables
@@ -69,17 +67,8 @@ def length_figure(F: Figures, rows: pd.DataFrame, order: list[tuple[str, str]], 
         g = rows[(rows["rung"] == rung) & (rows["kv"] == kv)].sort_values("n_ctx")
         if g.empty:
             continue
-        color = colors[rungs.index(rung) % len(colors)]
-        err = g["stderr"].to_numpy(float) / div
-        ax.errorbar(g["n_ctx"].to_numpy(float), g["value"].to_numpy(float) / div,
-                    yerr=None if all(math.isnan(e) for e in err) else [0 if math.isnan(e) else e for e in err],
-                    color=color, linestyle=styles[kvs.index(kv) % len(styles)], capsize=3, linewidth=1.4,
-                    label=f"{rung} · KV {kv}")
-        for st, sg in g.groupby("status"):
-            m, filled = STATUS_MARK.get(st, ("o", True))
-            ax.scatter(sg["n_ctx"], sg["value"] / div, marker=m, s=90 if m == "x" else 30, zorder=3, color=color,
-                       facecolors=(color if filled else "white") if m != "x" else None,
-                       linewidths=2.2 if m == "x" else 1.5)
+        draw_series(ax, g, "n_ctx", div, colors[rungs.index(rung) % len(colors)], styles[kvs.index(kv) % len(styles)],
+                    f"{rung} · KV {kv}")
     if noise is not None and not noise.empty:
         g = noise.sort_values("n_ctx")
         ax.plot(g["n_ctx"], g["value"] / div, color="0.5", linestyle="--", marker=".", label="noise floor")
