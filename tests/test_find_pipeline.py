@@ -75,8 +75,9 @@ def test_second_run_does_nothing(walked):
 
 def test_a_killed_walk_resumes_where_it_stopped(walked, tmp_path):
     """The walk's Snakemake killed (SIGKILL to its process group: a node lost) once its first rung is
-    measured; the same command again (`make run`'s, with --rerun-incomplete) keeps that rung's figures,
-    measures only what is left, and gives the same answer as the uninterrupted walk."""
+    measured; after `--unlock` (the lock a killed Snakemake leaves), the same command again (`make run`'s,
+    with --rerun-incomplete) keeps that rung's figures, measures only what is left, and gives the same
+    answer as the uninterrupted walk."""
     import os
     import signal
     import subprocess
@@ -105,6 +106,10 @@ def test_a_killed_walk_resumes_where_it_stopped(walked, tmp_path):
         proc.wait()
     assert not (work / target).exists()
     kept = first_pass.stat().st_mtime_ns
+    # a killed Snakemake leaves its lock: it says to --unlock, as README's table does
+    locked = snakemake(work, target, "--rerun-incomplete", config=path, check=False)
+    assert locked.returncode != 0 and "--unlock" in locked.stdout + locked.stderr
+    snakemake(work, target, "--unlock", config=path)
     snakemake(work, target, "--rerun-incomplete", config=path, timeout=3600)
     assert first_pass.stat().st_mtime_ns == kept  # measured before the kill: not measured again
     again = json.loads((work / target).read_text())

@@ -47,7 +47,9 @@ def load(path: str | Path) -> pd.DataFrame:
     df = pd.read_parquet(path)
     missing = [c for c, _, _ in COLUMNS if c not in df.columns]
     if missing:
-        raise DataError(f"dataset {path}: missing columns {missing}; it was not written by quantladder.dataset")
+        raise DataError(f"dataset {path}: missing columns {missing}; it was written by another quantladder "
+                        "(or not by quantladder.dataset): rebuild it from the points with "
+                        "`snakemake --cores all --forcerun aggregate`")
     for col in STRING_COLUMNS:  # a missing string is None, never NaN
         df[col] = df[col].astype("object").where(df[col].notna(), None)
     df["status"] = df["status"].fillna("ok")
