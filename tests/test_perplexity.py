@@ -85,12 +85,17 @@ def test_a_cached_tokenization_gives_the_same_pass_and_a_broken_cache_is_tokeniz
         assert len(calls) == 1
         assert again["tokens_sha256"] == first["tokens_sha256"]
         assert np.array_equal(again["kld"], first["kld"]) and np.array_equal(again["nll"], first["nll"])
-        cached.write_bytes(cached.read_bytes()[:100])
+        cached.write_bytes(cached.read_bytes()[:100])  # cut short
         assert np.array_equal(runner.tokenize_text(ctx, TEXT, vocab_id="ref-sha"), real(TEXT, add_special=True))
         assert len(calls) == 2 and np.load(cached).size == len(real(TEXT, add_special=True))
+        flipped = np.load(cached)
+        flipped[5] += 1  # whole, but not the tokens its seal names
+        np.save(cached, flipped)
+        assert np.array_equal(runner.tokenize_text(ctx, TEXT, vocab_id="ref-sha"), real(TEXT, add_special=True))
+        assert len(calls) == 3 and np.array_equal(np.load(cached), real(TEXT, add_special=True))
         runner.tokenize_text(ctx, TEXT)
         runner.tokenize_text(ctx, TEXT, vocab_id="another-vocab")
-        assert len(calls) == 4 and len(list((tmp_path / "quantladder" / "tokens").rglob("*.npy"))) == 2
+        assert len(calls) == 5 and len(list((tmp_path / "quantladder" / "tokens").rglob("*.npy"))) == 2
 
 
 def test_kld_grows_down_the_ladder(reference, smollm_q8, smollm_q2k):

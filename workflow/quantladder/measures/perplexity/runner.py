@@ -35,8 +35,9 @@ def tokenize_text(ctx, text: str, *, parse_special: bool = False, vocab_id: str 
     2.3 MB code corpus, beside a 3 s decode), and every rung of a family tokenizes the same text with
     the same vocabulary: llama-quantize copies the tokenizer's metadata unchanged, so a rung made here
     is named by its reference's sha256 (models.vocab_id). The cache key is that, the text's sha256, the
-    flags and the llama.cpp release (its tokenizer code); a file that cannot be read is tokenized
-    again, and a new one appears whole (written aside, then renamed)."""
+    flags and the llama.cpp release (its tokenizer code); a file that cannot be read, or whose tokens
+    are not the ones its seal (their sha256) names, is tokenized again; a new one appears whole
+    (written aside, then renamed)."""
     if not vocab_id:
         return ctx.tokenize(text, add_special=True, parse_special=parse_special)
     import llama_cpp
@@ -44,19 +45,24 @@ def tokenize_text(ctx, text: str, *, parse_special: bool = False, vocab_id: str 
     key = hash_obj({"vocab": vocab_id, "text": sha256_bytes(text.encode("utf-8")), "add_special": True,
                     "parse_special": bool(parse_special), "llama_cpp": llama_cpp.__version__})
     path = user_cache("tokens", key[:2], f"{key}.npy")
+    seal = path.with_suffix(".sha256")  # the array's own sha256, written after it: a damaged file is not used
     try:
         cached = np.load(path, allow_pickle=False)
-        if cached.dtype == np.int32 and cached.ndim == 1:
+        if (cached.dtype == np.int32 and cached.ndim == 1
+                and seal.read_text().strip() == sha256_bytes(cached.astype("<i4").tobytes())):
             return cached
     except (OSError, ValueError, EOFError):
         pass
     tokens = ctx.tokenize(text, add_special=True, parse_special=parse_special)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
-            np.save(f, np.asarray(tokens, dtype=np.int32), allow_pickle=False)
-        os.replace(tmp, path)
+        arr = np.asarray(tokens, dtype=np.int32)
+        for dest, write in ((path, lambda f: np.save(f, arr, allow_pickle=False)),
+                            (seal, lambda f: f.write(sha256_bytes(arr.astype("<i4").tobytes()).encode()))):
+            tmp = dest.with_name(f"{dest.name}.{os.getpid()}.tmp")
+            with open(tmp, "wb") as f:
+                write(f)
+            os.replace(tmp, dest)
     except OSError as e:  # a read-only or full cache: the pass goes on without it
         log.warning("token cache %s not written: %s", path, e)
     return tokens
