@@ -161,10 +161,9 @@ def drive_item(engine, root, item: dict, executor: SandboxExecutor, *, max_token
         count = 0
         while True:
             prompt = engine.chat_prompt(messages)
-            tokens = engine.tokenize(prompt, add_bos=not engine.starts_with_bos(prompt))
             # every step after the item's first continues its sequence: the conversation so far
             # stays in the KV cache and only the new messages are decoded (Request.continues)
-            gen = yield Request(tuple(tokens), int(max_tokens), continues=bool(n_steps))
+            gen = yield Request(engine.prompt_tokens(prompt), int(max_tokens), continues=bool(n_steps))
             n_steps += 1
             if gen.finish_reason == "prompt_too_long":
                 end = "prompt_too_long"

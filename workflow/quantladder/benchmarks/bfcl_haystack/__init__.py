@@ -96,7 +96,7 @@ class BFCLHaystack(BFCL):
 
         def n_tokens(n: int) -> int:
             prompt = eng.chat_prompt(with_haystack(self.messages(root, body), text(n)))
-            return len(eng.tokenize(prompt, add_bos=not eng.starts_with_bos(prompt)))
+            return len(eng.prompt_tokens(prompt))
 
         size = ruler_build.fit_size(lambda n: n_tokens(n) + budget <= length, 1, None)
         if size is None:

@@ -38,7 +38,7 @@ class PromptFormat:
 
     def tokens(self, prompt: str) -> list[int]:
         """Exactly the tokens generation feeds (BOS added unless the template already starts with it)."""
-        return self.engine.tokenize(prompt, add_bos=not self.engine.starts_with_bos(prompt))
+        return list(self.engine.prompt_tokens(prompt))
 
     def n_tokens(self, prompt: str) -> int:
         return len(self.tokens(prompt))

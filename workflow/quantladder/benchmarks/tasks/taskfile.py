@@ -124,7 +124,7 @@ def _cell(where: str, key: str, value):
     return value
 
 
-def _missing(v) -> bool:
+def missing(v) -> bool:
     """An absent field: null, or the NaN that pandas writes for an empty cell of a number column."""
     return v is None or (isinstance(v, float) and v != v)
 
@@ -132,7 +132,7 @@ def _missing(v) -> bool:
 def parse_item(where: str, rec, base_dir: Path) -> TaskItem:
     if not isinstance(rec, dict):
         raise DataError(f"{where}: an item is a JSON object, got {type(rec).__name__}")
-    rec = {k: _cell(where, k, v) for k, v in rec.items() if not _missing(v)}
+    rec = {k: _cell(where, k, v) for k, v in rec.items() if not missing(v)}
     unknown = sorted(set(rec) - set(FIELDS))
     if unknown:
         raise DataError(f"{where}: unknown field(s) {unknown} (an item has {', '.join(FIELDS)})")

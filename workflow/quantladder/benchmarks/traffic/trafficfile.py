@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ...errors import DataError
 from ...io import hash_obj
-from ..tasks.taskfile import ROLES, _missing, format_of, records
+from ..tasks.taskfile import ROLES, format_of, missing, records
 
 PARTS = ("all", "calib", "eval")
 
@@ -74,7 +74,7 @@ def parse_line(where: str, rec) -> Conversation:
     if not isinstance(rec, dict):
         raise DataError(f"{where}: not a conversation: a line is {{\"messages\": [...]}}, {{\"prompt\": text}} "
                         f"or a JSON string, got {type(rec).__name__}")
-    rec = {k: v for k, v in rec.items() if not _missing(v)}  # a table's empty cell is no field
+    rec = {k: v for k, v in rec.items() if not missing(v)}  # a table's empty cell is no field
     if "messages" in rec:
         msgs = _messages(where, rec["messages"])
     elif isinstance(rec.get("prompt"), str) and rec["prompt"].strip():
