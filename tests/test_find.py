@@ -87,9 +87,10 @@ def test_cli_errors_name_the_key(tmp_path, capsys):
 
 # ------------------------------------------------------------------------------------------ the walk
 
-def _state(cfg, n=6, start="R2", fits=None, alpha=0.025):
+def _state(cfg, n=6, start="R2", fits=None, alpha=0.025, strategy="auto"):
     """A walk over rungs R0 (most bits) ... R{n-1}, from sidecar infos made by hand."""
-    sp = qfind.Spec(FAM, "REF", 1 << 30, "1GiB", 4096, "f16", (), tuple(f"R{i}" for i in range(n)), start, alpha)
+    sp = qfind.Spec(FAM, "REF", 1 << 30, "1GiB", 4096, "f16", (), tuple(f"R{i}" for i in range(n)), start, alpha,
+                    strategy)
     cands = [{"rung": f"R{i}", "order": i, "bits_per_weight": 8.0 - i, "weights_bytes": 100, "kv_bytes": 10,
               "predicted_bytes": 110, "fits": True if fits is None else fits[i]} for i in range(n)]
     return qfind.start(sp, cands)
@@ -111,7 +112,7 @@ A, N, U = qfind.ACCEPTABLE, qfind.NOT_ACCEPTABLE, qfind.UNDETERMINED
 
 def test_walk_down_stops_at_first_rung_not_shown_and_measures_the_one_below(cfg):
     st = _state(cfg)
-    assert st["next"] == "R2" and st["levels"] == {"down": 0.0125, "up": 0.0125 / 2, "k_up": 2}
+    assert st["next"] == "R2" and st["levels"] == {"strategy": "step", "down": 0.0125, "up": 0.0125 / 2, "k_up": 2}
     st, a = _run(st, {"R2": A, "R3": A, "R4": N, "R5": A})  # R5 (non-monotone) is never visited
     assert [p["rung"] for p in a["path"]] == ["R2", "R3", "R4"]
     assert a["verdict"] == A and a["rung"] == "R3" and a["below"] == "R4"
@@ -133,6 +134,72 @@ def test_walk_undetermined_and_none(cfg):
     assert a["rung"] == "R5" and a["below"] is None and a["levels"]["down"] == 0.025  # nothing above: all of α
     st = _state(cfg, fits=[False] * 6)
     assert st["done"] and qfind.answer(st)["verdict"] == "none fits"
+
+
+def _truth(n, first_bad, exceptions=None):
+    """Verdicts of R0..R{n-1}: acceptable above ``first_bad``, not from it on (``exceptions`` overrides)."""
+    return {f"R{i}": (A if i < first_bad else N) for i in range(n)} | (exceptions or {})
+
+
+def test_bisect_probes_the_middle_and_answers_the_lowest_shown(cfg):
+    """12 candidates, start R2: at most 1 + ceil(log2(9 + 1)) = 5 probes, each at α/5 (Bonferroni over
+    the probes the search can make); the answer is the lowest rung shown, its neighbour below measured."""
+    st = _state(cfg, n=12, strategy="bisect")
+    assert st["levels"] == {"strategy": "bisect", "each": 0.025 / 5, "probes": 5} and st["next"] == "R2"
+    _, a = _run(st, _truth(12, 8))
+    assert [p["rung"] for p in a["path"]] == ["R2", "R7", "R9", "R8"]
+    assert all(p["alpha"] == 0.005 for p in a["path"])
+    assert a["rung"] == "R7" and a["below"] == "R8" and a["below_evidence"]["verdict"] == N
+    assert "between a probe" in a["assumes"]
+    # stepping needs R2 … R8, seven rungs, for the same answer
+    _, b = _run(_state(cfg, n=12, strategy="step"), _truth(12, 8))
+    assert b["rung"] == "R7" and len(b["path"]) == 7
+
+
+def test_bisect_upward_undetermined_and_none(cfg):
+    _, a = _run(_state(cfg, n=12, strategy="bisect"), _truth(12, 1, {"R1": U}))  # start not shown: search above it
+    assert [p["rung"] for p in a["path"]] == ["R2", "R0", "R1"]
+    assert a["rung"] == "R0" and a["below"] == "R1" and "undetermined" in a["why"]
+    _, a = _run(_state(cfg, n=12, strategy="bisect"), _truth(12, 0))
+    assert a["verdict"] == "none acceptable" and [p["rung"] for p in a["path"]] == ["R2", "R0"]
+    _, a = _run(_state(cfg, n=12, strategy="bisect"), _truth(12, 0, {"R2": U, "R0": U}))
+    assert a["verdict"] == U and set(a["undetermined"]) == {"R2", "R0"}
+
+
+@pytest.mark.parametrize("n,start", [(8, "R0"), (9, "R4"), (12, "R2"), (16, "R11"), (13, "R12")])
+def test_bisect_never_probes_more_than_its_bound_and_finds_every_threshold(cfg, n, start):
+    """Under monotone losses bisection answers the last acceptable rung for every threshold, with no
+    more probes than the bound its level was split by; a non-monotone ladder never makes it claim a
+    rung it did not show."""
+    for first_bad in range(n + 1):
+        st = _state(cfg, n=n, start=start, strategy="bisect")
+        _, a = _run(st, _truth(n, first_bad))
+        assert len(a["path"]) <= st["levels"]["probes"], (first_bad, a["path"])
+        assert a["rung"] == (f"R{first_bad - 1}" if first_bad else None), first_bad
+        if a["rung"]:
+            assert {p["rung"]: p["verdict"] for p in a["path"]}[a["rung"]] == A
+    # a dip in the middle: every rung it claims was shown acceptable at its level
+    _, a = _run(_state(cfg, n=n, start=start, strategy="bisect"), _truth(n, n, {f"R{n // 2}": N}))
+    assert a["rung"] is None or {p["rung"]: p["verdict"] for p in a["path"]}[a["rung"]] == A
+
+
+def test_auto_bisects_long_ladders_only(cfg):
+    assert _state(cfg, n=7)["levels"]["strategy"] == "step"
+    assert _state(cfg, n=qfind.BISECT_FROM)["levels"]["strategy"] == "bisect"
+    assert _state(cfg, n=12, strategy="step")["levels"]["strategy"] == "step"
+    with pytest.raises(ConfigError, match="find.strategy"):
+        _spec(cfg, strategy="binary")
+
+
+def test_bisect_level_refuses_what_the_fixed_sequence_would_accept(cfg, tmp_path):
+    """KLD 0.08 ± 0.01 against 0.105 nats: shown at the fixed sequence's 1.25 % (bound 0.1024), not at
+    bisection's α/5 = 0.5 % (bound 0.08 + 2.5758·0.01 = 0.1058): the Bonferroni share is what is used."""
+    _kld_point(tmp_path, "Q4_K_M", 0.08, 0.01)
+    sp = _spec(cfg, accept="kld:manual-es<=0.105")
+    assert qfind.evidence(sp, cfg, CARD, "Q4_K_M", 0.0125, tmp_path)["verdict"] == A
+    st = _state(cfg, n=12, strategy="bisect")
+    ev = qfind.evidence(sp, cfg, CARD, "Q4_K_M", qfind.level_of(st, "R2"), tmp_path)
+    assert ev["verdict"] == U and ev["figures"][0]["bound"] == pytest.approx(0.08 + 2.575829304 * 0.01, abs=1e-8)
 
 
 def test_start_nearest_fitting_candidate(cfg):

@@ -11,7 +11,7 @@
     quantladder plan --detect 2 --dataset results/<card>/points.parquet [--power 0.8] [--alpha 0.05]
         [--config config/config.yaml] [--comparisons M] [--card NAME] [--json]
     quantladder find --family F --mem 8GiB --ctx 16k --accept "kld:manual-es<=0.05, tasks>=-2pt"
-        [--reference Q8_0] [--rungs A,B] [--start Q4_K_M] [--alpha 0.025] [--kv f16]
+        [--reference Q8_0] [--rungs A,B] [--start Q4_K_M] [--alpha 0.025] [--kv f16] [--strategy auto]
         [--configfile FILE] [--directory DIR] [--cores N] [--dry-run] [--json]
         (the walk down one family's ladder, run by Snakemake: the options are the config's `find:` keys)
     quantladder schema
@@ -87,6 +87,8 @@ def parser() -> argparse.ArgumentParser:
     fd.add_argument("--rungs", help="candidate rungs, comma-separated (default: the family's ladder)")
     fd.add_argument("--start", help="where the walk starts (default Q4_K_M, or the nearest candidate)")
     fd.add_argument("--alpha", type=float, help="one-sided level over the whole walk (default 0.025)")
+    fd.add_argument("--strategy", choices=["auto", "step", "bisect"],
+                    help="step from the start, or bisect the ladder (default auto: bisect from 8 fitting candidates)")
     fd.add_argument("--kv", help="KV-cache type (default: the family's first)")
     fd.add_argument("--configfile", action="append", default=[], metavar="FILE",
                     help="a config laid over config/config.yaml, as Snakemake's --configfile (repeatable)")

@@ -18,10 +18,19 @@ is acceptable, go down one level and repeat; if not, go up"), made a claim with 
   so the rungs above the start share their part of α by Bonferroni. When the walk can go up, the two
   parts get α/2 each: down, each rung at α/2; up, each of the k rungs above the start at α/(2k). By the
   union bound the chance of any false claim is at most α, whatever the losses along the ladder.
+- **Bisection** (``find.strategy``: ``bisect``, or ``auto`` with at least ``BISECT_FROM`` fitting
+  candidates): on a long ladder the walk probes the start, then the middle of the rungs still in
+  question (below the lowest rung shown acceptable, above the highest shown not to be), until the two
+  are neighbours. It measures at most ``m = 1 + ceil(log2(r + 1))`` rungs, r the larger side of the
+  start, a number fixed before any result; its probes are no fixed sequence, so each is tested at
+  α/m (Bonferroni): the chance of any false claim is again at most α. It trades the fixed
+  sequence's full level per rung for fewer rungs measured: 12 candidates with the start third from
+  the top, at most 5 rungs where stepping down may measure 10.
 - **Monotonicity** is assumed only for *where to look*: below the first rung not shown acceptable the
-  walk measures nothing, on the assumption that smaller rungs lose at least as much. Losses need not
-  fall with bits (IQ against K types, recipes), so the rung below the answer is always measured and its
-  evidence is part of the answer, and the answer says that the rungs below it were not visited.
+  walk measures nothing (bisection: between two probes), on the assumption that smaller rungs lose at
+  least as much. Losses need not fall with bits (IQ against K types, recipes), so the rung below the
+  answer is always measured and its evidence is part of the answer, and the answer says that the rungs
+  below it were not visited.
 
 The state of a walk is a plain dict (one JSON file per step under ``results/<card>/find/<family>/``):
 the candidates in order of measured bits per weight, their memory at the stated context, the levels,
@@ -69,7 +78,9 @@ log = logging.getLogger(__name__)
 START = "Q4_K_M"  # the seeds: "start at Q5_K_M or Q4_K_M"
 REFERENCE = "Q8_0"  # the seeds: "run your evaluation set against Q8_0 as the reference"
 ALPHA = ni.ALPHA / 2  # one-sided: the project's 95 % intervals' one side
-KEYS = ("family", "reference", "mem", "ctx", "kv", "accept", "rungs", "start", "alpha")
+KEYS = ("family", "reference", "mem", "ctx", "kv", "accept", "rungs", "start", "alpha", "strategy")
+STRATEGIES = ("auto", "step", "bisect")
+BISECT_FROM = 8  # auto: bisection from this many fitting candidates (the stepping walk's worst case grows linearly)
 ACCEPTABLE, NOT_ACCEPTABLE, UNDETERMINED = "acceptable", "not acceptable", "undetermined"
 STEP = "results/{card}/find/{family}/step{k}.json"
 ANSWER = "results/{card}/find/{family}.json"
@@ -185,6 +196,7 @@ class Spec:
     rungs: tuple[str, ...]  # the candidates as named (order decided by measured bits per weight)
     start: str
     alpha: float  # one-sided
+    strategy: str = "auto"
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -241,9 +253,12 @@ def spec(cfg: dict, section: dict | None = None, where: str = "find") -> Spec:
         raise ConfigError(f"{where}.alpha: a number, got {s['alpha']!r}") from None
     if not 0 < alpha < 0.5:
         raise ConfigError(f"{where}.alpha: a one-sided level in (0, 0.5), got {alpha}")
+    strategy = str(s.get("strategy") or "auto")
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"{where}.strategy: one of {list(STRATEGIES)}, got {strategy!r}")
     figs = parse_accept(s["accept"], cfg, fam, where=f"{where}.accept")
     return Spec(fam, ref, mem_bytes, str(s["mem"]), ctx, kv, tuple(figs), tuple(rungs), str(s.get("start") or START),
-                alpha)
+                alpha, strategy)
 
 
 # ------------------------------------------------------------------------------------------ files a rung needs
@@ -383,15 +398,29 @@ def start(sp: Spec, cands: list[dict]) -> dict:
         named = next((c for c in cands if c["rung"] == sp.start), None)
         target = named["bits_per_weight"] if named else fit[len(fit) // 2]["bits_per_weight"]
         s = min(range(len(fit)), key=lambda i: (abs(fit[i]["bits_per_weight"] - target), i))
+    n = len(names)
+    strategy = sp.strategy if sp.strategy != "auto" else ("bisect" if n >= BISECT_FROM else "step")
+    if strategy == "bisect":
+        probes = 1 + math.ceil(math.log2(max(s, n - 1 - s) + 1))
+        state.update(order=names, start=names[s], next=names[s], bounds=[-1, n],
+                     levels={"strategy": "bisect", "each": sp.alpha / probes, "probes": probes})
+        return state
     k_up = s  # the fitting rungs above the start
     down = sp.alpha / 2 if k_up else sp.alpha
     state.update(order=names, start=names[s], next=names[s],
-                 levels={"down": down, "up": (sp.alpha / 2) / k_up if k_up else None, "k_up": k_up})
+                 levels={"strategy": "step", "down": down, "up": (sp.alpha / 2) / k_up if k_up else None, "k_up": k_up})
     return state
 
 
+def _bisecting(state: dict) -> bool:
+    return (state.get("levels") or {}).get("strategy") == "bisect"
+
+
 def level_of(state: dict, rung: str) -> float:
-    """The one-sided level a rung is tested at: the down part's, or the up part's Bonferroni share."""
+    """The one-sided level a rung is tested at: stepping, the down part's or the up part's Bonferroni
+    share; bisecting, α over the most probes the search can make."""
+    if _bisecting(state):
+        return state["levels"]["each"]
     order = state["order"]
     return state["levels"]["down"] if order.index(rung) >= order.index(state["start"]) else state["levels"]["up"]
 
@@ -403,6 +432,12 @@ def advance(state: dict, ev: dict) -> dict:
     state = {**state, "visited": [*state["visited"], ev]}
     i = order.index(ev["rung"])
     ok = ev["verdict"] == ACCEPTABLE
+    if _bisecting(state):  # the rungs in question lie strictly between the two bounds
+        lo, hi = state["bounds"]
+        lo, hi = (i, hi) if ok else (lo, i)
+        nxt = order[(lo + hi) // 2] if hi - lo > 1 else None
+        state["bounds"], state["next"], state["done"] = [lo, hi], nxt, nxt is None
+        return state
     if i >= s and ok:  # going down (or at the start), shown: one rung down, if any
         nxt = order[i + 1] if i + 1 < len(order) else None
     elif i > s:  # going down, not shown: the rung above is the answer, this one its neighbour below
@@ -423,20 +458,24 @@ def answer(state: dict) -> dict:
     order = state.get("order") or []
     shown = [r for r in order if r in visited and visited[r]["verdict"] == ACCEPTABLE]
     s = order.index(state["start"]) if state.get("start") else 0
-    # the claims: going down, the fixed sequence from the start; going up, the one rung shown
-    down = [r for r in order[s:] if r in visited]
+    # the claims: going down, the fixed sequence from the start; going up, the one rung shown;
+    # bisecting, the lowest rung shown (each probe was tested at its Bonferroni share)
     claimed = []
-    for r in down:
-        if visited[r]["verdict"] != ACCEPTABLE:
-            break
-        claimed.append(r)
-    if not claimed:
-        claimed = [r for r in shown if order.index(r) < s][-1:]
+    if _bisecting(state):
+        lo = state["bounds"][0]
+        claimed = [order[lo]] if lo >= 0 else []
+    else:
+        for r in [r for r in order[s:] if r in visited]:
+            if visited[r]["verdict"] != ACCEPTABLE:
+                break
+            claimed.append(r)
+        if not claimed:
+            claimed = [r for r in shown if order.index(r) < s][-1:]
     rec = {"family": sp["family"], "reference": sp["reference"], "mem": sp["mem"], "mem_bytes": sp["mem_bytes"],
            "ctx": sp["ctx"], "kv": sp["kv"], "accept": [f["text"] for f in sp["figures"]], "alpha": sp["alpha"],
            "levels": state["levels"], "path": [{"rung": v["rung"], "verdict": v["verdict"], "alpha": v["alpha"]}
                                                for v in state["visited"]],
-           "candidates": state["candidates"], "assumes": MONOTONE}
+           "candidates": state["candidates"], "assumes": MONOTONE_BISECT if _bisecting(state) else MONOTONE}
     if not order:
         return {**rec, "verdict": "none fits", "rung": None,
                 "why": f"no candidate rung fits {sp['mem']} at {sp['ctx']} tokens of context (weights + KV cache)"}
@@ -474,6 +513,9 @@ def answer(state: dict) -> dict:
 
 MONOTONE = ("losses grow as bits per weight fall: below the first rung not shown acceptable nothing is measured; "
             "the rung below the answer is always measured and its evidence shown")
+MONOTONE_BISECT = ("losses grow as bits per weight fall: a rung between a probe shown acceptable and one above it is "
+                   "taken as acceptable, and a rung below a probe not shown acceptable is not measured; the rung "
+                   "below the answer is always measured and its evidence shown")
 
 
 def _needed(ev: dict) -> str | None:
@@ -601,6 +643,7 @@ def run_cli(args) -> int:
     Snakemake makes the answer's target with the request laid over the config (docs/find.md)."""
     request = {"find": {"family": args.family, "mem": args.mem, "ctx": args.ctx, "accept": args.accept,
                         "reference": args.reference, "kv": args.kv, "start": args.start, "alpha": args.alpha,
+                        "strategy": args.strategy,
                         "rungs": [r.strip() for r in args.rungs.split(",") if r.strip()] if args.rungs else None}}
     workdir = Path(args.directory)
     req = workdir / ".quantladder" / "find-request.yaml"  # every key set: nothing of the config's own find leaks in

@@ -50,10 +50,13 @@ def find_section(finds: list[dict], card: str) -> str:
         lv = r.get("levels") or {}
         how = (f"<p class=\"how\">Path walked: {path}. Task figures against {esc(r['reference'])}, KLD and the PPL "
                "ratio against the family's stored reference log-probs; the walk's claims hold at "
-               f"one-sided α = {r['alpha']:g} over every rung and figure it looked at (down from the start, a fixed "
-               f"sequence at {lv.get('down', r['alpha']):g} per rung"
-               + (f"; up, Bonferroni over the {lv['k_up']} rungs above the start, {lv['up']:.3g} each" if lv.get("k_up")
-                  else "") + f"; every figure must be shown: an intersection–union test). Assumes {esc(r['assumes'])}.</p>")
+               f"one-sided α = {r['alpha']:g} over every rung and figure it looked at ("
+               + (f"bisection: Bonferroni over the at most {lv['probes']} rungs it can probe, {lv['each']:.3g} each"
+                  if lv.get("strategy") == "bisect" else
+                  f"down from the start, a fixed sequence at {lv.get('down', r['alpha']):g} per rung"
+                  + (f"; up, Bonferroni over the {lv['k_up']} rungs above the start, {lv['up']:.3g} each"
+                     if lv.get("k_up") else ""))
+               + f"; every figure must be shown: an intersection–union test). Assumes {esc(r['assumes'])}.</p>")
         c = r.get("cost")
         if c:
             how += (f"<p class=\"how\">Cost: {c['points_measured']} of {c['points_full_ladder']} rungs measured, "
