@@ -7,13 +7,18 @@ CORES  ?= all
 .PHONY: run run-full report test setup system-packages lint clean-results
 
 # A run that was killed (Ctrl-C twice, a reboot) resumes: the jobs it cut short are redone from their
-# resume stores (--rerun-incomplete), every finished job is kept.
+# resume stores (--rerun-incomplete), every finished job is kept. A job that stops at its time budget
+# (exit 75: its `runtime` ran out on a busy machine) is tried once more in the same run with twice
+# the budget, resuming its items (--retries 1, as the Slurm profile does), and the other jobs go on
+# meanwhile (--keep-going): one slow job no longer ends a run of hours.
+SNAKEMAKE_RUN = $(BIN)/snakemake --cores $(CORES) --rerun-incomplete --retries 1 --keep-going
+
 run: setup
-	$(BIN)/snakemake --cores $(CORES) --rerun-incomplete
+	$(SNAKEMAKE_RUN)
 
 # The whole embedded ladder (every rung, corpus and larger samples): hours, see the README.
 run-full: setup
-	$(BIN)/snakemake --cores $(CORES) --rerun-incomplete --configfile config/full.yaml
+	$(SNAKEMAKE_RUN) --configfile config/full.yaml
 
 # The report of whatever is finished, with what is left (works while a run goes on).
 report:
