@@ -140,3 +140,28 @@ def test_snakemake_job_with_tiny_runtime_stops_and_resumes(tmp_path):
     assert final[: len(kept)] == kept
     assert {r["pid"] for r in final[len(kept):]}.isdisjoint({r["pid"] for r in kept})
     assert not partial.exists()
+
+
+def test_make_runs_retry_a_budget_stopped_job_within_the_same_run(tmp_path):
+    """`make run`'s Snakemake flags (read from the Makefile): a job that stops at its budget in the
+    first attempt (runtime 1 min) is tried again in the same invocation with the attempt's larger
+    budget, resumes the items it kept, and the run ends with exit 0 (it used to end the whole run)."""
+    flags = next(ln for ln in (REPO / "Makefile").read_text().splitlines() if ln.startswith("SNAKEMAKE_RUN"))
+    flags = flags.split("--cores $(CORES)", 1)[1].split()
+    assert "--retries" in flags and "--keep-going" in flags
+    n_items, item_s = 20, 2.0
+    snakefile = SNAKEFILE.format(workflow_dir=str(REPO / "workflow")).replace(
+        "resources: runtime=1", "resources: runtime=lambda wildcards, attempt: attempt")
+    (tmp_path / "Snakefile").write_text(snakefile)
+    (tmp_path / "gen.py").write_text(SCRIPT.format(workflow_dir=str(REPO / "workflow"),
+                                                   n_items=n_items, item_s=item_s))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "QUANTLADDER_"))}
+    cmd = [SNAKEMAKE, "--cores", "1", *flags, "--directory", str(tmp_path), "--snakefile", str(tmp_path / "Snakefile")]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    log = (tmp_path / "logs" / "generate.log").read_text()  # Snakemake keeps the last attempt's log
+    assert "from runtime 2 min" in log, log  # the second attempt, with twice the budget
+    final = [json.loads(ln) for ln in (tmp_path / "out" / "generations.jsonl").read_text().splitlines()]
+    assert [r["item_id"] for r in final] == list(range(n_items))
+    pids = [r["pid"] for r in final]
+    assert len(set(pids)) == 2 and pids == sorted(pids, key=pids.index)  # two attempts, the second resumed
