@@ -35,7 +35,7 @@ system-packages:
 # llama-cpp-python is compiled by the project (AMX off, cached per CPU: quantladder/llama_tools.py),
 # then the package and its other dependencies go in beside it, then llama.cpp's own tools are built
 # from the same source (cached too; rule llama_tools finds them), so that a run starts measuring.
-$(VENV)/.installed: pyproject.toml workflow/quantladder/llama_tools.py
+$(VENV)/.installed: pyproject.toml workflow/quantladder/llama_tools.py $(wildcard workflow/quantladder/patches/llama.cpp/*.patch)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	PYTHONPATH=workflow $(BIN)/python -m quantladder.llama_tools library pyproject.toml

@@ -21,6 +21,7 @@ one wave at each n_parallel: greedy replies identical to the first setting's.
 
     .venv/bin/python benchmarks/batch_invariance.py kernel --rungs F16 Q8_0 Q4_K_M Q2_K
     .venv/bin/python benchmarks/batch_invariance.py kernel --knob extra_bufts=off
+    .venv/bin/python benchmarks/batch_invariance.py kernel --knob batch_invariant=on
     .venv/bin/python benchmarks/batch_invariance.py replies --rung Q4_K_M --npl 1 4 8 16 --limit 10
     python benchmarks/batch_invariance.py identity --models synth-Q4_K_M.gguf --gpu-layers 99 --npl 1 16
 """
@@ -41,7 +42,9 @@ from _common import REPO, embedded_ladder, fmt_table
 
 # what --knob may set, and how each reads its value
 KNOBS = {"extra_bufts": lambda v: v == "on", "flash_attn": lambda v: v == "on", "kv_unified": lambda v: v == "on",
-         "n_ubatch": int, "threads": int, "n_batch": int}
+         "n_ubatch": int, "threads": int, "n_batch": int,
+         # the engine's batch-invariant mode: the project's llama.cpp patch asked for, repacking off
+         "batch_invariant": lambda v: v == "on"}
 
 
 def parse_knobs(pairs: list[str]) -> dict:
@@ -77,7 +80,8 @@ def kernel(model: Path, knobs: dict, rows: list[int], seed: int = 0, gpu_layers:
     h = LlamaHandle(str(model), n_ctx=n_seq * n_ctx_seq, n_batch=knobs.get("n_batch", 512),
                     n_ubatch=knobs.get("n_ubatch", 512), n_seq_max=n_seq, type_k="f16", type_v="f16",
                     flash_attn=knobs.get("flash_attn", False), n_threads=threads, n_gpu_layers=gpu_layers,
-                    extra_bufts=knobs.get("extra_bufts", True), kv_unified=knobs.get("kv_unified", False))
+                    extra_bufts=knobs.get("extra_bufts", not knobs.get("batch_invariant")),
+                    kv_unified=knobs.get("kv_unified", False), batch_invariant=knobs.get("batch_invariant", False))
     lc = h.lc
     mem = lc.llama_get_memory(h.ctx)
     rng = np.random.default_rng(seed)
@@ -267,7 +271,8 @@ def run_replies(a) -> None:
     _Probed = _probed_class()
     knobs = parse_knobs(a.knob)
     kw = {k: v for k, v in {"n_threads": knobs.get("threads", a.threads), "flash_attn": knobs.get("flash_attn"),
-                            "n_batch": knobs.get("n_batch"), "extra_bufts": knobs.get("extra_bufts")}.items()
+                            "n_batch": knobs.get("n_batch"), "extra_bufts": knobs.get("extra_bufts"),
+                            "batch_invariant": knobs.get("batch_invariant")}.items()
           if v is not None}
     cfg = qconfig.load(a.config)
     ladder = embedded_ladder([a.rung] if a.rung != "F16" else [], Path(a.workdir) / "models")
@@ -329,7 +334,8 @@ def run_identity(a) -> None:
         for n in a.npl:
             s = EngineSettings(n_ctx=a.npp + a.ntg, n_parallel=n, n_threads=knobs.get("threads", a.threads),
                                n_gpu_layers=a.gpu_layers, flash_attn=knobs.get("flash_attn"),
-                               extra_bufts=knobs.get("extra_bufts", True))
+                               extra_bufts=knobs.get("extra_bufts", True),
+                               batch_invariant=knobs.get("batch_invariant", False))
             with Engine(str(model), s) as eng:
                 rng = np.random.default_rng(a.seed)
                 prompts = [tuple(int(x) for x in rng.integers(100, eng.n_vocab - 100, size=a.npp))

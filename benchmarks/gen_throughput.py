@@ -17,6 +17,11 @@ and the default plan's generation wall time batched vs one sequence at a time.
 Both sides run in interleaved rounds (the side that goes first alternates) and every round is a
 sample: tokens/s mean ± sd over rounds, ratio of the means ± its standard error.
 
+``modes``: ``tg`` in the default mode and in the batch-invariant one (``--batch-invariant``: the
+project's llama.cpp patch asked for through GGML_CPU_BATCH_INVARIANT_ROWS and weight repacking
+off, on both sides), a process per mode and round, interleaved: each mode's S_TG, their ratio, and
+llama-batched-bench's under the same settings (docs/generation.md, "Batch invariance").
+
 ``plan``: the default config's enabled task benchmarks (HumanEval, RULER; BFCL when enabled), their
 items built as the pipeline builds them, generated through the one generation loop on one rung at
 ``n_parallel = 1`` and at the n_parallel the pipeline would choose (``--vs batching``), or with the
@@ -25,6 +30,7 @@ decoded, and the share of byte-identical replies between the two sides (batching
 first half, verdict flips need scoring; the cache: all of them, it is exact).
 
     .venv/bin/python benchmarks/gen_throughput.py --rung Q4_K_M --npl 1 4 8 16 --rounds 5
+    .venv/bin/python benchmarks/gen_throughput.py modes --rung Q4_K_M --npl 1 8 16 --rounds 3
     .venv/bin/python benchmarks/gen_throughput.py plan --rung Q4_K_M
     .venv/bin/python benchmarks/gen_throughput.py plan --vs cache --benchmarks ruler --config my.yaml
 """
@@ -80,6 +86,7 @@ def batched_bench_exe(tools_dir: str | None) -> str:
             tar.extractall(work, members=[m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name],
                            filter="data")
         src = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
+        lt.apply_patches(src)  # the project's patches, as the library and the tools carry them
         for cmd in (["cmake", "-S", str(src), "-B", str(work / "build"), *args],
                     ["cmake", "--build", str(work / "build"), "-j", str(os.cpu_count() or 1),
                      "--target", "llama-batched-bench"]):
@@ -127,11 +134,11 @@ def prompts_for(eng, pl: int, pp: int, seed: int) -> list[tuple[int, ...]]:
     return out
 
 
-def ours(model, *, pp, tg, pl, threads, fa, n_batch, gpu_layers, seed, repack=True) -> dict:
+def ours(model, *, pp, tg, pl, threads, fa, n_batch, gpu_layers, seed, repack=True, batch_invariant=False) -> dict:
     from quantladder.engine import Engine, EngineSettings, Request
 
     s = EngineSettings(n_ctx=pp + tg, n_parallel=pl, n_threads=threads, flash_attn=fa == "on",
-                       n_batch=n_batch, n_gpu_layers=gpu_layers, extra_bufts=repack)
+                       n_batch=n_batch, n_gpu_layers=gpu_layers, extra_bufts=repack, batch_invariant=batch_invariant)
     with Engine(str(model), s) as eng:
         def one(p):
             return (yield Request(p, tg))
@@ -162,6 +169,12 @@ def ours(model, *, pp, tg, pl, threads, fa, n_batch, gpu_layers, seed, repack=Tr
 def run_tg(a) -> None:
     from quantladder.gguf_meta import padded_ctx
 
+    if a.batch_invariant:  # both sides: the variable before anything is loaded, repacking off
+        from quantladder.kv_policy import BATCH_INVARIANT_ROWS
+        from quantladder.llama_handle import BATCH_INVARIANT_VAR
+
+        os.environ[BATCH_INVARIANT_VAR] = str(BATCH_INVARIANT_ROWS)
+        a.repack = False
     exe = batched_bench_exe(a.tools_dir)
     files = {Path(m).stem: Path(m) for m in a.models} if a.models else {
         a.rung: embedded_ladder([a.rung], Path(a.workdir) / "models")[a.rung]}
@@ -183,7 +196,8 @@ def run_tg(a) -> None:
                         lpp.append(r["s_pp"])
                     else:
                         r = ours(path, pp=a.npp, tg=a.ntg, pl=pl, threads=a.threads, fa=a.flash_attn,
-                                 n_batch=a.n_batch, gpu_layers=a.gpu_layers, seed=a.seed + rnd, repack=a.repack)
+                                 n_batch=a.n_batch, gpu_layers=a.gpu_layers, seed=a.seed + rnd, repack=a.repack,
+                                 batch_invariant=a.batch_invariant)
                         ql.append(r["s_tg"])
                         qpp.append(r["s_pp"])
                 print(f"  {name} B={pl} round {rnd + 1}: quantladder {ql[-1]:.1f}, llama-batched-bench "
@@ -200,11 +214,62 @@ def run_tg(a) -> None:
     print(f"\n# {load_note()} at the end")
     print(f"# npp {a.npp}, ntg {a.ntg}, per-sequence context {n_ctx_seq} cells, threads {a.threads}, "
           f"flash attention {a.flash_attn}, n_batch {a.n_batch}, gpu layers {a.gpu_layers}, weight repacking "
-          f"{'on' if a.repack else 'off (both sides)'}, {a.rounds} interleaved "
+          f"{'on' if a.repack else 'off (both sides)'}, batch-invariant "
+          f"{'on (both sides: GGML_CPU_BATCH_INVARIANT_ROWS)' if a.batch_invariant else 'off'}, {a.rounds} interleaved "
           "rounds (S_TG tokens/s: mean ± sd over rounds; ratio of the means ± its standard error; S_PP: mean, "
           "prompts decoded one by one on our side, all together on llama-batched-bench's)")
     print(fmt_table(["model", "B", "quantladder S_TG", "llama-batched-bench S_TG", "ratio", "ours S_PP",
                      "llama S_PP"], rows))
+    if a.json:
+        Path(a.json).write_text(json.dumps(raw, indent=1))
+
+
+# -- the batch-invariant mode beside the default ----------------------------------------------------
+
+def run_modes(a) -> None:
+    """``tg`` in the default mode and in the batch-invariant one (a process each: ggml reads the
+    mode once per process), interleaved round by round, the mode that goes first alternating."""
+    from quantladder.llama_handle import BATCH_INVARIANT_VAR
+
+    base = [sys.executable, __file__, "tg", "--rounds", "1", "--npl", *map(str, a.npl), "--npp", str(a.npp),
+            "--ntg", str(a.ntg), "--threads", str(a.threads), "--n-batch", str(a.n_batch), "--rung", a.rung,
+            "--workdir", a.workdir, *(["--models", *a.models] if a.models else [])]
+    got: dict[str, list[dict]] = {"default": [], "batch-invariant": []}
+    print(f"# {load_note()} at the start", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for rnd in range(a.rounds):
+            order = ["default", "batch-invariant"][::1 if rnd % 2 == 0 else -1]
+            for mode in order:
+                out = Path(tmp) / f"{mode}-{rnd}.json"
+                env = {k: v for k, v in os.environ.items() if k != BATCH_INVARIANT_VAR}
+                cmd = base + ["--seed", str(a.seed + rnd), "--json", str(out)]
+                cmd += ["--batch-invariant"] if mode == "batch-invariant" else []
+                r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                if r.returncode != 0:
+                    raise SystemExit(f"{' '.join(cmd)} failed:\n{r.stderr[-3000:]}")
+                got[mode].append(json.loads(out.read_text()))
+                print(f"  round {rnd + 1} {mode}: done", flush=True)
+    rows, raw = [], {}
+    for key in got["default"][0]:
+        ours_d = [x for g in got["default"] for x in g[key]["quantladder_s_tg"]]
+        ours_i = [x for g in got["batch-invariant"] for x in g[key]["quantladder_s_tg"]]
+        lb_d = [x for g in got["default"] for x in g[key]["llama_batched_bench_s_tg"]]
+        lb_i = [x for g in got["batch-invariant"] for x in g[key]["llama_batched_bench_s_tg"]]
+        (dm, ds, dn), (im, is_, in_) = mean_sd(ours_d), mean_sd(ours_i)
+        ratio = im / dm
+        se = ratio * np.sqrt((is_ / im) ** 2 / in_ + (ds / dm) ** 2 / dn) if dn > 1 and in_ > 1 else float("nan")
+        lm = mean_sd(lb_i)[0]
+        rows.append([key, f"{dm:.1f} ± {ds:.1f}", f"{im:.1f} ± {is_:.1f}", f"{ratio:.3f} ± {se:.3f}",
+                     f"{mean_sd(lb_d)[0]:.1f}", f"{lm:.1f}", f"{im / lm:.3f}"])
+        raw[key] = {"default": ours_d, "batch_invariant": ours_i, "llama_batched_bench_default": lb_d,
+                    "llama_batched_bench_batch_invariant": lb_i}
+    print(f"\n# {load_note()} at the end")
+    print(f"# npp {a.npp}, ntg {a.ntg}, threads {a.threads}; {a.rounds} interleaved rounds, a process per mode and "
+          "round; S_TG tokens/s mean ± sd; batch-invariant: the project's patch (GGML_CPU_BATCH_INVARIANT_ROWS) "
+          "and weight repacking off, on both sides")
+    print(fmt_table(["model/B", "ours S_TG default", "ours S_TG batch-invariant", "invariant / default",
+                     "llama-batched-bench default", "llama-batched-bench invariant", "ours / llama (invariant)"],
+                    rows))
     if a.json:
         Path(a.json).write_text(json.dumps(raw, indent=1))
 
@@ -286,7 +351,7 @@ def run_plan(a) -> None:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", nargs="?", choices=["tg", "plan"], default="tg")
+    ap.add_argument("what", nargs="?", choices=["tg", "modes", "plan"], default="tg")
     ap.add_argument("--rung", default="Q4_K_M")
     ap.add_argument("--models", nargs="*", help="GGUF files instead of the embedded ladder's rung")
     ap.add_argument("--npl", nargs="+", type=int, default=[1, 4, 8, 16])
@@ -300,6 +365,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-repack", dest="repack", action="store_false",
                     help="tg: llama.cpp's CPU weight repacking off on both sides (the batch-invariant setting)")
+    ap.add_argument("--batch-invariant", action="store_true",
+                    help="tg: the batch-invariant mode on both sides (the project's patch, repacking off)")
     ap.add_argument("--tools-dir")
     ap.add_argument("--workdir", default=str(REPO / "build" / "parity"))
     ap.add_argument("--json", help="write every round's figures here")
@@ -312,7 +379,7 @@ def main():
     ap.add_argument("--first", choices=["a", "b"], default="a", help="plan: which side runs first")
     a = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)
-    (run_plan if a.what == "plan" else run_tg)(a)
+    {"plan": run_plan, "modes": run_modes, "tg": run_tg}[a.what](a)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,8 @@ def run(smk):
     loop = generation.Loop(
         bench, items, key=smk.params.key, store_dir=Path(smk.output.generations).parent,
         engine_for=lambda n_ctx: Engine(pt.model_path, pt.engine_settings(
-            n_ctx=n_ctx, n_parallel=n_parallel, prefix_cache=policy.prefix_cache)),
+            n_ctx=n_ctx, n_parallel=n_parallel, prefix_cache=policy.prefix_cache,
+            batch_invariant=policy.batch_invariant)),
         n_parallel=n_parallel, wave_factor=policy.wave_factor,
         budget=budget.from_snakemake(smk), time_budget_s=bench.settings.get("time_budget_s"),
         label=f"{bench.name} {pt.family}/{pt.rung}/{pt.kv}" + (" (noise floor)" if pt.series == "noise" else ""),

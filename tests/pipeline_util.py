@@ -113,3 +113,20 @@ def planned_jobs(dry_run_output: str) -> list[tuple[str, dict]]:
             wc = dict(kv.split("=", 1) for kv in w.group(1).split(", "))
         jobs.append((m.group(1), wc))
     return jobs
+
+
+def kill_after_first_record(cmd: list[str], records, wait_s: float = 300, **popen) -> None:
+    """Start ``cmd`` and SIGKILL it once ``records()`` returns anything (its first record written and
+    fsynced), as a lost node or the OOM killer would; the kill is asserted."""
+    import signal
+    import time
+
+    p = subprocess.Popen(cmd, **popen)
+    try:
+        deadline = time.time() + wait_s
+        while not records() and time.time() < deadline and p.poll() is None:
+            time.sleep(0.1)
+        os.kill(p.pid, signal.SIGKILL)
+    finally:
+        p.wait(timeout=30)
+    assert p.returncode == -signal.SIGKILL, f"{cmd[:3]} ended by itself (rc {p.returncode}) before it could be killed"

@@ -7,13 +7,10 @@ Budgets are small (a few dozen tokens) so every test takes seconds on two cores.
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +20,8 @@ from quantladder.engine import Engine, EngineSettings, Generation, RawContext, R
 from quantladder.errors import ConfigError, ModelFileError, QuantladderError
 from quantladder.kv_policy import default_n_parallel, kv_cache_bytes
 from quantladder.gguf_meta import read_info
+
+from pipeline_util import kill_after_first_record
 
 QUESTIONS = [
     "Write a haiku about rivers.", "What is 2+2?", "Name three colors.", "Tell me a joke.",
@@ -286,15 +285,8 @@ def test_a_wave_restarted_in_a_new_process_after_sigkill_reproduces_it(smollm_q4
     subprocess.run([sys.executable, str(tmp_path / "gen.py"), str(tmp_path / "wave.json"), str(full), "fast"],
                    check=True, timeout=300)
     cut = tmp_path / "cut.jsonl"
-    p = subprocess.Popen([sys.executable, str(tmp_path / "gen.py"), str(tmp_path / "wave.json"), str(cut), "slow"])
-    try:
-        deadline = time.time() + 240
-        while not records(cut) and time.time() < deadline and p.poll() is None:
-            time.sleep(0.1)
-        os.kill(p.pid, signal.SIGKILL)
-    finally:
-        p.wait(timeout=30)
-    assert p.returncode == -signal.SIGKILL
+    kill_after_first_record([sys.executable, str(tmp_path / "gen.py"), str(tmp_path / "wave.json"), str(cut), "slow"],
+                            lambda: records(cut), wait_s=240)
     before = records(cut)
     assert 1 <= len(before) < len(reqs)
     redo = tmp_path / "redo.jsonl"

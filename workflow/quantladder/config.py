@@ -10,7 +10,7 @@ import yaml
 from . import REPO_ROOT, benchmarks, schemas
 from .errors import ConfigError
 from .generation_policy import GenerationPolicy
-from .kv_policy import parse_kv
+from .kv_policy import check_batch_invariant, flash_attn_for, parse_kv
 from .ladder import plan, rung_name
 from .models import source_kind
 
@@ -111,12 +111,30 @@ def check_semantics(cfg: dict, source: str = "config") -> None:
                 raise ConfigError(f"{source}: families.{name}: {pre!r} is both a made and a prebuilt rung")
     for kv in cfg.get("kv_types", ["f16"]):
         parse_kv(kv)
+    if GenerationPolicy.of(cfg).batch_invariant:
+        check_batch_invariant_config(cfg, source)
     for name, section in (cfg.get("benchmarks") or {}).items():
         for kv in (section or {}).get("kv_types") or []:
             try:
                 parse_kv(kv)
             except ConfigError as e:
                 raise ConfigError(f"{source}: key benchmarks.{name}.kv_types: {e}") from None
+
+
+def check_batch_invariant_config(cfg: dict, source: str = "config") -> None:
+    """generation.batch_invariant against the settings it cannot hold with (kv_policy.check_batch_invariant):
+    GPU layers, a KV type of a task benchmark that needs flash attention, too many sequences."""
+    for name, section in (cfg.get("benchmarks") or {}).items():
+        if not (section or {}).get("enabled"):
+            continue
+        n = GenerationPolicy.of(cfg, name).record["n_parallel"]
+        for fam in families(cfg):
+            for kv in kv_types(cfg, fam, name):
+                try:
+                    check_batch_invariant(1 if n == "auto" else int(n), flash_attn_for(kv, cfg.get("flash_attn")),
+                                          int(cfg.get("gpu_layers") or 0), kv)
+                except ConfigError as e:
+                    raise ConfigError(f"{source}: {e} (benchmarks.{name}, family {fam})") from None
 
 
 def task_runs_for(cfg: dict, task: str, family: str) -> bool:

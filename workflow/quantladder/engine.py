@@ -38,7 +38,10 @@ What batching still changes is which rows share a matrix product: a reply at ``n
 differ from the same item at ``n_parallel = 1``, because ggml's CPU kernels differ with the number of
 rows (llamafile's sgemm takes two rows or more, repacked weights take rows in fours through a GEMM
 kernel and the rest through a GEMV one; measured in docs/generation.md, "Batch invariance"). That
-difference is a measured noise floor, never hidden; the same wave reproduces byte for byte.
+difference is a measured noise floor, never hidden; the same wave reproduces byte for byte. With
+``EngineSettings.batch_invariant`` (CPU; the project's llama.cpp patch, repacking off) every row
+takes kernels whose result does not depend on the row count, and a reply is the same at any
+n_parallel and with any batch mates (docs/generation.md).
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from typing import Any, Callable, Generator, Sequence
 
 from .errors import ConfigError
 from .gguf_meta import padded_ctx
-from .kv_policy import MAX_UBATCH, batch_sizes, check_sequences, flash_attn_for, parse_kv
+from .kv_policy import MAX_UBATCH, batch_sizes, check_batch_invariant, check_sequences, flash_attn_for, parse_kv
 from .llama_handle import LlamaHandle, library_info  # noqa: F401  (library_info: points and the tests read it here)
 
 
@@ -71,13 +74,21 @@ class EngineSettings:
     prefix_cache: bool = False
     # llama.cpp's weight repacking on the CPU (its "extra buffer types"); see LlamaHandle
     extra_bufts: bool = True
+    # every reply byte-identical at any n_parallel and any batch mates (CPU; the project's llama.cpp
+    # patch, repacking off; llama_handle.check_batch_mode, docs/generation.md "Batch invariance")
+    batch_invariant: bool = False
 
     def resolved(self) -> dict:
         k, v = parse_kv(self.kv)
         fa = flash_attn_for(self.kv, self.flash_attn)
         check_sequences(self.n_parallel, self.n_ctx)
         threads = self.n_threads or len(os.sched_getaffinity(0))
-        return {**asdict(self), "type_k": k, "type_v": v, "flash_attn": fa, "n_threads": threads}
+        out = {**asdict(self), "type_k": k, "type_v": v, "flash_attn": fa, "n_threads": threads}
+        if self.batch_invariant:
+            check_batch_invariant(self.n_parallel, fa, self.n_gpu_layers, self.kv)
+            out["extra_bufts"] = False  # repacked weights take a step's rows in fours (GEMM) and the rest alone (GEMV)
+        return out
+
 
 
 @dataclass(frozen=True)
@@ -157,7 +168,8 @@ class Engine(LlamaHandle):
         super().__init__(model_path, n_ctx=n_par * padded_ctx(r["n_ctx"]), n_batch=n_batch, n_ubatch=n_ubatch,
                          n_seq_max=n_par, type_k=r["type_k"], type_v=r["type_v"], flash_attn=r["flash_attn"],
                          n_threads=r["n_threads"], n_gpu_layers=r["n_gpu_layers"], extra_bufts=r["extra_bufts"],
-                         context=f"{n_par} sequences × n_ctx {r['n_ctx']}", verbose=verbose)
+                         batch_invariant=r["batch_invariant"], context=f"{n_par} sequences × n_ctx {r['n_ctx']}",
+                         verbose=verbose)
         self._mem = self.lc.llama_get_memory(self.ctx)
         self.n_parallel = n_par
         n_ctx_seq = int(self.lc.llama_n_ctx_seq(self.ctx))

@@ -51,6 +51,10 @@ class GenerationPolicy:
     def prefix_cache(self) -> bool:
         return bool(self.record["prefix_cache"])
 
+    @property
+    def batch_invariant(self) -> bool:
+        return bool(self.record["batch_invariant"])
+
     def n_parallel_for(self, info, n_ctx: int, kv: str = "f16") -> int:
         """The sequences decoded together. ``auto``: :func:`quantladder.kv_policy.default_n_parallel`,
         the most of 16, 8, 4, 2, 1 whose KV cache (as the engine allocates it: padded per-sequence

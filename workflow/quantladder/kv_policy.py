@@ -22,6 +22,10 @@ PARALLEL_CHOICES = (16, 8, 4, 2, 1)
 UNQUANTIZED = ("f16", "f32", "bf16")
 # llama.cpp's default micro-batch: the rows one graph run computes.
 MAX_UBATCH = 512
+# Batch-invariant generation: matrix products of fewer activation rows than this take ggml's
+# per-row kernels (the project's llama.cpp patch; quantladder.llama_handle.check_batch_mode), so a
+# batch-invariant engine decodes fewer sequences together than this.
+BATCH_INVARIANT_ROWS = 64
 
 
 def parse_kv(kv: str) -> tuple[str, str]:
@@ -80,3 +84,17 @@ def default_n_parallel(info, n_ctx: int, budget_bytes: int, kv: str = "f16",
         if n >= 1 and kv_cache_bytes(info, n_ctx, n, kv) <= budget_bytes:
             return int(n)
     return 1
+
+
+def check_batch_invariant(n_parallel: int, flash_attn: bool, n_gpu_layers: int, kv: str = "f16") -> None:
+    """What batch-invariant generation needs, refused with the reason where a setting breaks it."""
+    where = "generation.batch_invariant"
+    if n_gpu_layers:
+        raise ConfigError(f"{where}: a CPU mode (the project's patch covers ggml's CPU kernels; a GPU's choose by "
+                          f"batch size too): gpu_layers must be 0, got {n_gpu_layers}")
+    if flash_attn:
+        raise ConfigError(f"{where}: needs flash attention off (its CPU kernel chooses by the rows of a step), "
+                          f"so an f16 V cache (llama.cpp needs flash attention for a quantized one); KV {kv!r}")
+    if n_parallel >= BATCH_INVARIANT_ROWS:
+        raise ConfigError(f"{where}: at most {BATCH_INVARIANT_ROWS - 1} sequences decoded together "
+                          f"(products of fewer than {BATCH_INVARIANT_ROWS} rows are the invariant ones), got {n_parallel}")

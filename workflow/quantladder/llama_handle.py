@@ -13,13 +13,63 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+from pathlib import Path
 
 from .errors import ConfigError, ModelFileError
 from .gguf_meta import KV_GGML_TYPES
+from .kv_policy import BATCH_INVARIANT_ROWS
 from .io import sha256_file
 
 # ggml_log_level's ERROR (ggml/include/ggml.h); llama-cpp-python's own table predates its renumbering
 GGML_LOG_LEVEL_ERROR = 4
+
+# Batch-invariant generation (docs/generation.md, "Batch invariance"): the project's patch to the
+# vendored llama.cpp (quantladder/patches/llama.cpp/0001-batch-invariant-rows.patch) sends every
+# matrix product of fewer than BATCH_INVARIANT_ROWS activation rows through ggml's per-row kernels
+# (vec_dot), whose result for a row does not depend on the other rows; with weight repacking off
+# that makes a generation step's logits, row by row, those of the sequence decoded alone. ggml
+# reads the variable once per process, at its first matrix product, so the mode is the process's:
+# set before the first model is loaded and never changed after (check_batch_mode).
+BATCH_INVARIANT_VAR = "GGML_CPU_BATCH_INVARIANT_ROWS"
+_UNSET = object()
+_process_mode = _UNSET  # the variable's value ("" when unset) at this process's first model load
+
+
+def check_batch_mode(batch_invariant: bool) -> None:
+    """Set (or check) this process's batch mode before a model is loaded: the first load fixes it
+    (setting the variable when batch invariance is asked for), a later load of the other mode is
+    refused, and so is the variable set by hand for an engine that did not ask for it."""
+    global _process_mode
+    want = str(BATCH_INVARIANT_ROWS) if batch_invariant else ""
+    if _process_mode is _UNSET:
+        if batch_invariant:
+            os.environ[BATCH_INVARIANT_VAR] = want
+        have = os.environ.get(BATCH_INVARIANT_VAR, "")
+        if have != want:
+            raise ConfigError(f"{BATCH_INVARIANT_VAR}={have} is set in the environment but this engine was not asked "
+                              "for batch-invariant generation (generation.batch_invariant): unset it, or ask for it")
+        if batch_invariant:
+            check_invariant_library()
+        _process_mode = want
+    elif _process_mode != want:
+        raise ConfigError(f"this process loaded llama.cpp {'with' if _process_mode else 'without'} batch-invariant "
+                          f"generation and ggml reads {BATCH_INVARIANT_VAR} once per process: an engine "
+                          f"{'with' if want else 'without'} it must run in a process of its own")
+
+
+def check_invariant_library() -> None:
+    """The loaded ggml CPU backend must carry the project's patch (its variable's name is in the library)."""
+    import llama_cpp
+
+    lib = library_info().get("libllama_path")
+    cands = sorted(Path(lib).parent.glob("libggml-cpu*")) if lib else []
+    cands = [c for c in cands if c.is_file() and not c.is_symlink()] or cands
+    if not cands:
+        raise ConfigError(f"batch-invariant generation: no libggml-cpu beside {lib or 'libllama'}")
+    if not any(BATCH_INVARIANT_VAR.encode() in c.read_bytes() for c in cands):
+        raise ConfigError(f"{cands[0]}: this llama-cpp-python {llama_cpp.__version__} lacks the project's batch-invariant "
+                          "patch (quantladder/patches/llama.cpp); install the project's build: `make setup`, or "
+                          "`python -m quantladder.llama_tools library` in this environment")
 
 
 @contextlib.contextmanager
@@ -106,7 +156,8 @@ class LlamaHandle:
 
     def __init__(self, model_path: str, *, n_ctx: int, n_batch: int, n_ubatch: int, n_seq_max: int,
                  type_k: str, type_v: str, flash_attn: bool, n_threads: int, n_gpu_layers: int,
-                 extra_bufts: bool = True, kv_unified: bool = False, context: str = "", verbose: bool = False):
+                 extra_bufts: bool = True, kv_unified: bool = False, batch_invariant: bool = False,
+                 context: str = "", verbose: bool = False):
         import llama_cpp
         import numpy as np
         # llama-cpp-python's log callback prints every level (debug lines of graph reserves and
@@ -118,6 +169,7 @@ class LlamaHandle:
         self.model = self.ctx = self._batch = None
         _logger.set_verbose(verbose)
         check_library()
+        check_batch_mode(batch_invariant)
         errors: list[str] = []
         with _quiet_stderr(not verbose):
             llama_cpp.llama_backend_init()

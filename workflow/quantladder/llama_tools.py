@@ -37,7 +37,13 @@ from .errors import ConfigError, QuantladderError
 from .io import hash_obj, sha256_file, user_cache
 
 TOOLS = ("llama-imatrix", "llama-quantize", "llama-perplexity", "llama-bench")
-BUILDER_VERSION = "2"  # bump when the build recipe below changes what the binaries are
+BUILDER_VERSION = "3"  # bump when the build recipe below changes what the binaries are
+
+# Patches to the vendored llama.cpp, applied (in name order) to every build of this project, the
+# library's wheel and the tools alike, so both run the same source. Each is inert unless asked
+# for at run time: 0001 adds GGML_CPU_BATCH_INVARIANT_ROWS (docs/generation.md, "Batch
+# invariance"; the engine's batch-invariant mode sets it).
+PATCH_DIR = Path(__file__).parent / "patches" / "llama.cpp"
 
 # llama.cpp's AMX kernels are left out of every CPU build, the library's and the tools': in the
 # llama.cpp that llama-cpp-python 0.3.36 vendors, ggml_backend_amx_mul_mat segfaults in the first
@@ -132,8 +138,28 @@ def cache_root(configured: str | None = None) -> Path:
     return user_cache("llama-tools")
 
 
+def patches() -> list[Path]:
+    return sorted(PATCH_DIR.glob("*.patch"))
+
+
+def patches_key() -> dict[str, str]:
+    """name -> sha256 of every patch: part of every build key (an edited patch rebuilds)."""
+    return {p.name: sha256_file(p) for p in patches()}
+
+
+def apply_patches(src: Path, log=None) -> None:
+    """Apply the project's patches to an unpacked vendored llama.cpp (``src``: its top directory).
+    A patch that does not apply (a new llama-cpp-python whose source moved) fails the build, naming it."""
+    if not shutil.which("patch"):
+        raise ToolsError("`patch` is not installed (.ci/system-packages.txt lists it; bash .ci/install-system-packages.sh)")
+    for p in patches():
+        _run(["patch", "-p1", "--forward", "--batch", "-d", str(src), "-i", str(p)], log,
+             what=f"applying {p.relative_to(PATCH_DIR.parent.parent)} to {src}")
+
+
 def build_key(version: str, backend: str, args: list[str]) -> str:
-    return f"{version}-{backend}-{hash_obj({'args': args, 'builder': BUILDER_VERSION, 'cpu': cpu_features()})[:8]}"
+    return (f"{version}-{backend}-"
+            + hash_obj({"args": args, "builder": BUILDER_VERSION, "cpu": cpu_features(), "patches": patches_key()})[:8])
 
 
 def _log(log, msg: str) -> None:
@@ -180,15 +206,16 @@ def pinned_version(pyproject: str | os.PathLike) -> str:
 
 
 def library_wheel(version: str, log=None) -> Path:
-    """llama-cpp-python ``version`` compiled from its sdist with cpu_flags() added to the compiler
-    flags (so with AMX off), cached in ``<tools cache>/wheels`` per (version, flags, CMAKE_ARGS,
-    CPU features, Python): pip's own wheel cache is keyed by the sdist alone and would hand back a
-    wheel built with other flags, or on another node's CPU. Minutes once, then nothing."""
+    """llama-cpp-python ``version`` compiled from its sdist, with the project's patches applied to
+    the vendored llama.cpp and cpu_flags() added to the compiler flags (so with AMX off), cached in
+    ``<tools cache>/wheels`` per (version, flags, CMAKE_ARGS, CPU features, Python, patches): pip's
+    own wheel cache is keyed by the sdist alone and would hand back a wheel built with other flags,
+    or on another node's CPU. Minutes once, then nothing."""
     flags = cpu_flags()
     root = cache_root() / "wheels"
     key = f"{version}-" + hash_obj({"flags": flags, "cmake_args": os.environ.get("CMAKE_ARGS", ""),
                                     "cpu": cpu_features(), "python": list(sys.version_info[:2]),
-                                    "builder": BUILDER_VERSION})[:8]
+                                    "builder": BUILDER_VERSION, "patches": patches_key()})[:8]
     out = root / key
     with _locked(root / f"{key}.lock"):
         found = sorted(out.glob("llama_cpp_python-*.whl")) if out.is_dir() else []
@@ -200,9 +227,13 @@ def library_wheel(version: str, log=None) -> Path:
             env = dict(os.environ)
             for var in ("CFLAGS", "CXXFLAGS"):
                 env[var] = " ".join(x for x in [env.get(var, "").strip(), *flags] if x)
-            _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-cache-dir",
-                  "--no-binary", "llama-cpp-python", f"llama-cpp-python=={version}", "-w", str(work)],
-                 log, env=env, what="building the llama-cpp-python wheel")
+            sdist = fetch_sdist(version, cache_root() / "sdist", log)
+            with tarfile.open(sdist) as tar:
+                tar.extractall(work / "src", filter="data")
+            pkg = next((work / "src").glob("llama_cpp_python-*/"))
+            apply_patches(pkg / "vendor" / "llama.cpp", log)
+            _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-cache-dir", str(pkg),
+                  "-w", str(work)], log, env=env, what="building the llama-cpp-python wheel")
             built = sorted(work.glob("llama_cpp_python-*.whl"))
             if not built:
                 raise ToolsError(f"pip wheel left no llama_cpp_python wheel in {work}")
@@ -330,6 +361,7 @@ def ensure(configured_dir: str | None = None, extra_args: tuple[str, ...] = (), 
                 members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name]
                 tar.extractall(work, members=members, filter="data")
             src = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
+            apply_patches(src, log)
             gen = ["-G", "Ninja"] if shutil.which("ninja") else []
             _run(["cmake", "-S", str(src), "-B", str(work / "build"), *gen, *args], log)
             _run(["cmake", "--build", str(work / "build"), "-j", str(jobs or os.cpu_count() or 1),
@@ -347,6 +379,7 @@ def ensure(configured_dir: str | None = None, extra_args: tuple[str, ...] = (), 
                 "record": str(rec_path), "llama_cpp_python": version, "backend": backend, "cmake_args": args,
                 "sdist": {"file": sdist.name, "sha256": sha256_file(sdist)},
                 "source": "vendor/llama.cpp of the llama-cpp-python sdist", "builder_version": BUILDER_VERSION,
+                "patches": patches_key(),
                 "tools": tools, "built_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             }
             tmp = rec_path.with_suffix(".json.partial")
@@ -380,6 +413,7 @@ def identity(record: dict, *names: str) -> dict:
     names = names or TOOLS
     return {"llama_cpp_python": record["llama_cpp_python"], "backend": record["backend"],
             "cmake_args": record["cmake_args"], "sdist_sha256": record["sdist"]["sha256"],
+            "patches": record.get("patches", {}),
             "binaries": {n: record["tools"][n]["sha256"] for n in names}}
 
 
