@@ -90,7 +90,6 @@ class EngineSettings:
         return out
 
 
-
 @dataclass(frozen=True)
 class Request:
     """One decode job: a prompt, its budget, its stop strings (see :meth:`Engine.run`)."""
