@@ -4,6 +4,8 @@
 # architectures of its cards (compute capability × 10, ';'-separated), e.g.
 #   export QUANTLADDER_CUDA_ARCHITECTURES="80;90"    # A100 + H100/H200
 # Without it the build targets "native": the card of the machine that builds (a GPU node).
+# It does not carry the project's llama.cpp patches (quantladder/patches/llama.cpp): generation in
+# the batch-invariant mode refuses this build and names `python -m quantladder.llama_tools library`.
 set -euo pipefail
 ARCHS=${QUANTLADDER_CUDA_ARCHITECTURES:-native}
 # llama.cpp's AMX kernels stay out of the CPU side of this build too (quantladder/llama_tools.py,
