@@ -53,7 +53,7 @@ def run(smk):
                             **scoring.write_verdicts(smk.output.verdicts, out.verdicts),
                             "generation": {k: gen_meta.get(k) for k in ("n_parallel", "wave_size", "n_waves",
                                                                        "replay_mismatches", "seconds", "stopped",
-                                                                       "policy", "series")}})
+                                                                       "early_stop", "policy", "series")}})
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ at the boundary of the accepted loss — with the multiplicity split — on boun
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -303,3 +304,37 @@ def test_report_first_screen_shows_the_answer(cfg, tmp_path, fixture_dataset):
     assert first < html.index("Find my rung: smollm2-135m-instruct") < html.index("Per family and rung")
     assert "<b>Run R2</b>" in html
     assert "the rung below, R3, is shown not to be" in html and "Path walked: R2" in html
+
+
+def _es(state, *, alpha=0.02, margin=2.0, n=40, estimate=0.0):
+    return {"state": state, "n": n, "n_loss": 0, "n_gain": 0, "estimate": estimate, "e_loss": 1.0, "e_gain": 1.0,
+            "e_margin": None, "anytime_p": 1.0, "alpha": alpha, "margin": margin, "rule": "test"}
+
+
+@pytest.mark.parametrize("es, level, want, why", [
+    (_es("no_loss_beyond_margin"), 0.0125, A, "anytime-valid at one-sided 0.01"),
+    (_es("no_loss_beyond_margin", alpha=0.025), 0.0125, A, "one-sided 0.0125"),  # the claim at the rung's level
+    (_es("no_loss_beyond_margin", alpha=0.03), 0.0125, U, "set early_stop.alpha <= 0.025"),
+    (_es("no_loss_beyond_margin", alpha=0.05), 0.0125, U, "above this rung's level"),
+    (_es("no_loss_beyond_margin", margin=3.0), 0.0125, U, "more than the 2 pt accepted"),
+    (_es("gain", margin=None), 0.025, A, "gain"),
+    (_es("loss"), 0.025, U, "not whether it exceeds 2 pt"),
+    (_es("undecided"), 0.025, U, "run every item"),
+])
+def test_an_early_stopped_rung_is_judged_by_its_sequential_claim(cfg, tmp_path, es, level, want, why):
+    """A point stopped early by the anytime-valid test: its few items' fixed-sample interval is not
+    valid, the test's own claim is used, at its per-claim level (alpha / 2) against the rung's; the
+    fixed interval on the same verdicts would have said otherwise (all 40 items equal)."""
+    _task_point(tmp_path, "Q8_0", [True] * 40)
+    _task_point(tmp_path, "Q4_K_M", [True] * 40)
+    p = tmp_path / "results" / CARD / "points" / FAM / "Q4_K_M" / "f16" / "tasks" / "metrics.json"
+    doc = json.loads(p.read_text())
+    sp = _spec(cfg, accept="tasks>=-2pt")
+    fixed = qfind.evidence(sp, cfg, CARD, "Q4_K_M", level, tmp_path)["figures"][0]
+    assert "sequential" not in fixed  # no early stop: the paired interval
+    write_json(p, {**doc, "generation": {"early_stop": es}})
+    ev = qfind.evidence(sp, cfg, CARD, "Q4_K_M", level, tmp_path)
+    fig = ev["figures"][0]
+    if want == A and es["state"] == "no_loss_beyond_margin" and level == 0.0125:
+        assert fixed["state"] != ni.NONINFERIOR  # 40 ties do not show a 2-point bound at 97.5 %: only the test does
+    assert ev["verdict"] == want and fig["sequential"] == es and why in fig["text"], fig

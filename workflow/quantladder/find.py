@@ -328,6 +328,9 @@ def _figure_evidence(f: Figure, root: Path, files: list[str], ref_files: list[st
             (r.get("subset") == f.corpus if f.corpus else r.get("subset") is None)]
     if not mine:
         return [_absent(f, f"{files[0]} has no {f.metric} row" + (f" on {f.corpus}" if f.corpus else ""))]
+    es = (doc.get("generation") or {}).get("early_stop")
+    if f.benchmark != "perplexity" and es and es.get("state") not in (None, "continue"):
+        return [sequential_evidence(f, es, alpha, str(files[0]))]
     out = []
     for r in mine:
         if f.benchmark == "perplexity":
@@ -359,6 +362,35 @@ def _figure_evidence(f: Figure, root: Path, files: list[str], ref_files: list[st
                     "ci_high": dec.ci_high, "stderr": d.stderr, "bound": dec.bound, "tolerance": f.tolerance, "n": dec.n,
                     "items_needed": need, "text": dec.text, "file": str(files[0])})
     return out
+
+
+def sequential_evidence(f: Figure, es: dict, alpha: float, file: str) -> dict:
+    """A point that stopped early (``benchmarks.<name>.early_stop``): its items were run until an
+    anytime-valid test decided, so a fixed-sample interval on them is not valid; the test's own claim
+    is the evidence. "no loss of >= m points" shows the rung within a bound T >= m, and "gain" within
+    any bound, when the test's per-claim level (its alpha / 2) is within the rung's; "loss" (a loss > 0,
+    not a loss > T) and "undecided" settle nothing."""
+    head = {"figure": f.key, "accept": f.text, "unit": f.unit, "tolerance": f.tolerance, "n": es.get("n"),
+            "delta": es.get("estimate"), "file": file, "items_needed": None, "sequential": es}
+    claim_level = float(es["alpha"]) / 2
+    paired = [m for m in qmetrics.headlines(f.benchmark) if qmetrics.get(m).paired == "items"]
+    if not paired or f.metric != paired[0]:
+        why = f"stopped early on {paired[0] if paired else 'its headline'}; {f.metric}'s interval after a sequential stop is not valid"
+        return {**head, "state": ni.UNDETERMINED, "text": why}
+    state, margin = es["state"], es.get("margin")
+    shown = state == "gain" or (state == "no_loss_beyond_margin" and margin is not None and margin <= f.tolerance)
+    if shown and claim_level <= alpha:
+        return {**head, "state": ni.NONINFERIOR, "text": f"stopped early at n = {es['n']}: {state.replace('_', ' ')}"
+                + (f" ({margin:g} pt)" if margin is not None else "") + f", anytime-valid at one-sided {claim_level:g}"}
+    if shown:
+        why = (f"stopped early with {state.replace('_', ' ')} at one-sided {claim_level:g}, above this rung's level "
+               f"{alpha:g}: set early_stop.alpha <= {2 * alpha:g}")
+    elif state == "no_loss_beyond_margin":
+        why = f"stopped early with no loss of >= {margin:g} pt, more than the {f.tolerance:g} pt accepted: set early_stop.margin <= {f.tolerance:g}"
+    else:
+        why = (f"stopped early with {state} at n = {es['n']} (a loss > 0 or nothing shown, not whether it exceeds "
+               f"{f.tolerance:g} pt): set early_stop.margin to the accepted loss, or run every item")
+    return {**head, "state": ni.UNDETERMINED, "text": why}
 
 
 # ------------------------------------------------------------------------------------------ the walk
