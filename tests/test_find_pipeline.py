@@ -117,3 +117,29 @@ def test_a_killed_walk_resumes_where_it_stopped(walked, tmp_path):
     assert [p["rung"] for p in again["path"]] == [p["rung"] for p in done["path"]]
     dry = snakemake(work, "-n", target, config=path)
     assert "Nothing to be done" in dry.stdout + dry.stderr
+
+
+def test_bisection_on_the_same_points(walked):
+    """The same request with `find.strategy: bisect` over the points the full ladder left: Snakemake
+    runs only the walk's steps (every rung is an ordinary point, reused), the walk probes no more
+    rungs than its bound, each at α/m, and its answer is the replay's over the same points: a rung
+    shown acceptable at that level whose neighbour below is measured and not shown."""
+    work, path, cfg, card, target = walked
+    sp = qfind.spec(cfg)
+    snakemake(work, *[qfind.figure_files(sp, cfg, card, r)[0] for r in sp.rungs], config=path, timeout=3600)
+    bis = dict(cfg, find={**cfg["find"], "strategy": "bisect"})
+    bpath = work / "bisect.yaml"
+    bpath.write_text(json.dumps(bis))
+    r = snakemake(work, target, config=bpath, timeout=1800)
+    ran = r.stdout + r.stderr
+    assert "rule perplexity:" not in ran and "rule quantize:" not in ran, ran[-3000:]
+    ans = json.loads((work / target).read_text())
+    lv = ans["levels"]
+    assert lv["strategy"] == "bisect" and lv["each"] == pytest.approx(0.025 / lv["probes"])
+    assert 1 <= len(ans["path"]) <= lv["probes"] and all(p["alpha"] == lv["each"] for p in ans["path"])
+    bsp = qfind.spec(bis)
+    infos = {x: read_json(work / qfind.sidecar(bis, FAM, x))["info"] for x in (*bsp.rungs, bsp.reference)}
+    assert qfind.answer(qfind.replay(bsp, bis, card, infos, work))["rung"] == ans["rung"]
+    if ans["verdict"] == "acceptable":
+        assert ans["evidence"]["verdict"] == "acceptable" and ans["evidence"]["alpha"] == lv["each"]
+        assert ans["below"] is None or ans["below_evidence"]["verdict"] != "acceptable"

@@ -188,7 +188,8 @@ def test_the_generation_policy_is_the_config_section_with_the_benchmarks_own_n_p
            "benchmarks": {"humaneval": {"n_parallel": 4}, "bfcl": {}}}
     own = GenerationPolicy.of(cfg, "humaneval")
     assert own.section == {"n_parallel": 4, "wave_factor": None, "noise_floor": {"enabled": True}}
-    assert own.record == {"n_parallel": 4, "kv_budget_mb": 2048, "wave_factor": 4, "prefix_cache": True}
+    assert own.record == {"n_parallel": 4, "kv_budget_mb": 2048, "wave_factor": 4, "prefix_cache": True,
+                          "batch_invariant": False}
     assert (own.wave_factor, own.prefix_cache, own.n_parallel_for(None, 4096)) == (4, True, 4)
     assert GenerationPolicy.of(cfg, "bfcl").n_parallel_for(None, 4096) == 1
     assert GenerationPolicy.of({}, "bfcl").n_parallel_for(None, 4096) == 1  # auto, nothing to size it with
