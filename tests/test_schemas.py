@@ -45,7 +45,8 @@ def test_generation_and_imatrix_defaults_are_the_schemas():
     schema = schemas.load(schemas.SCHEMA_PATH)["properties"]
     gen = schema["generation"]["properties"]
     assert GenerationPolicy({}).record == {k: gen[k]["default"] for k in ("n_parallel", "kv_budget_mb",
-                                                                          "wave_factor", "prefix_cache")}
+                                                                          "wave_factor", "prefix_cache",
+                                                                          "batch_invariant")}
     im = schema["quantize"]["properties"]["imatrix_settings"]["properties"]
     assert imatrix.resolve_settings({}) == {k: v["default"] for k, v in im.items()}
     with pytest.raises(ConfigError, match="imatrix.chunk: unknown setting; known: n_ctx, chunks"):
