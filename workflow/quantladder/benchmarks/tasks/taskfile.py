@@ -185,22 +185,28 @@ def parse_item(where: str, rec, base_dir: Path) -> TaskItem:
                     subset=str(subset) if subset not in (None, "") else None)
 
 
+
+def unique_records(path: Path, fmt: str, parse, empty: str) -> list:
+    """Every record of the file as ``parse(where, record)`` makes it (a thing with an ``id``), in file
+    order: a duplicate id is a DataError naming both lines, an empty file one saying ``empty``."""
+    out, seen = [], {}
+    for where, rec in records(path, fmt):
+        x = parse(where, rec)
+        if x.id in seen:
+            raise DataError(f"{where}: field 'id': {x.id!r} is a duplicate (first at {seen[x.id]})")
+        seen[x.id] = where
+        out.append(x)
+    if not out:
+        raise DataError(f"{path}: {empty}")
+    return out
+
 def read(path: str | Path, fmt: str = "auto", limit: int | None = None) -> TaskFile:
     """The task file, every item checked; the first mistake raises a DataError naming file:line."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such task file (benchmarks.tasks.source)")
-    fmt = format_of(path, fmt)
-    items: list[TaskItem] = []
-    seen: dict[str, str] = {}
-    for where, rec in records(path, fmt):
-        it = parse_item(where, rec, path.parent)
-        if it.id in seen:
-            raise DataError(f"{where}: field 'id': {it.id!r} is a duplicate (first at {seen[it.id]})")
-        seen[it.id] = where
-        items.append(it)
-    if not items:
-        raise DataError(f"{path}: the task file has no items")
+    items: list[TaskItem] = unique_records(path, format_of(path, fmt), lambda where, rec: parse_item(where, rec, path.parent),
+                                           "the task file has no items")
     if limit:
         items = items[:limit]
     return TaskFile(path=path, items=tuple(items),

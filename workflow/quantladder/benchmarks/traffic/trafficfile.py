@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ...errors import DataError
 from ...io import hash_obj
-from ..tasks.taskfile import ROLES, format_of, missing, records
+from ..tasks.taskfile import ROLES, format_of, missing, unique_records
 
 PARTS = ("all", "calib", "eval")
 REPLY_FIELDS = ("completion", "response")  # a plain prompt's logged reply (prompt/completion pairs)
@@ -123,16 +123,7 @@ def read(path: str | Path, fmt: str = "auto", *, part: str = "all", calibration_
         raise DataError(f"{path}: no such traffic file")
     if part not in PARTS:
         raise DataError(f"{path}: part {part!r} is not one of {PARTS}")
-    items: list[Conversation] = []
-    seen: dict[str, str] = {}
-    for where, rec in records(path, format_of(path, fmt)):
-        c = parse_line(where, rec)
-        if c.id in seen:
-            raise DataError(f"{where}: field 'id': {c.id!r} is a duplicate (first at {seen[c.id]})")
-        seen[c.id] = where
-        items.append(c)
-    if not items:
-        raise DataError(f"{path}: the traffic file has no conversations")
+    items: list[Conversation] = unique_records(path, format_of(path, fmt), parse_line, "the traffic file has no conversations")
     if part != "all":
         items = [c for c in items if part_of(c.id, calibration_share, seed) == part]
         if not items:
