@@ -200,6 +200,7 @@ def unique_records(path: Path, fmt: str, parse, empty: str) -> list:
         raise DataError(f"{path}: {empty}")
     return out
 
+
 def read(path: str | Path, fmt: str = "auto", limit: int | None = None) -> TaskFile:
     """The task file, every item checked; the first mistake raises a DataError naming file:line."""
     path = Path(path)
