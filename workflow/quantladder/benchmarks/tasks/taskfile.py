@@ -185,7 +185,6 @@ def parse_item(where: str, rec, base_dir: Path) -> TaskItem:
                     subset=str(subset) if subset not in (None, "") else None)
 
 
-
 def unique_records(path: Path, fmt: str, parse, empty: str) -> list:
     """Every record of the file as ``parse(where, record)`` makes it (a thing with an ``id``), in file
     order: a duplicate id is a DataError naming both lines, an empty file one saying ``empty``."""
