@@ -9,7 +9,6 @@ so each test takes seconds.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
