@@ -166,7 +166,7 @@ def traced(driver, log: list):
             return e.value
 
 
-def load_items(cfg, names, limit, ladder, threads):
+def _build_items(cfg, names, limit, ladder, threads):
     from quantladder.benchmarks import create
 
     family = next(iter(cfg["families"].values()))
@@ -178,8 +178,21 @@ def load_items(cfg, names, limit, ladder, threads):
         tmp = tempfile.mkdtemp(prefix=f"batchinv-{name}-")
         source = bench.fetch_source(os.path.join(tmp, "source"))
         items, _ = bench.build_items(source, reference_gguf=str(ladder["F16"]), family=family, threads=threads)
-        out[name] = (bench, items[:limit] if limit else items, source)
+        out[name] = (items[:limit] if limit else items, source)
     return out
+
+
+def load_items(cfg, names, limit, ladder, threads):
+    """Each exam's items, built in a process of its own (RULER tokenizes with a default-mode engine,
+    and a process keeps the batch mode of its first model load), with its benchmark object."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from quantladder.benchmarks import create
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
+        built = ex.submit(_build_items, cfg, names, limit, ladder, threads).result()
+    return {name: (create(name, cfg["benchmarks"][name]), items, source) for name, (items, source) in built.items()}
 
 
 def generate(bench, items, source, model, n_par, wave_factor, settings_kw, probe=None):
