@@ -114,7 +114,7 @@ def test_ruler_rules_through_snakemake(tmp_path):
     cfg = small_config(rungs=("Q8_0",), benchmarks_on=("ruler",))
     cfg["card"] = "test-card"
     cfg["kv_types"] = ["f16", "q8_0"]
-    cfg["benchmarks"]["ruler"].update({"tasks": ["niah_single_1"], "lengths": [768, 16384], "samples": 1})
+    cfg["benchmarks"]["ruler"].update({"tasks": ["niah_single_1"], "lengths": [768, 16384], "samples": 1, "cells": []})
     conf = write_config(tmp_path, cfg)
     fam = qconfig.families(cfg)[0]
     targets = [f"results/test-card/points/{fam}/Q8_0/{kv}/ruler/metrics.json" for kv in ("f16", "q8_0")]
@@ -222,9 +222,9 @@ def test_an_item_at_the_trained_context_scores_and_stays_in_its_kv_budget(tmp_pa
 @pytest.mark.slow
 def test_the_default_dry_run_plans_the_trained_context_cell_and_the_full_one_the_kv_cross(tmp_path, repo_root):
     """`snakemake -n` in an empty directory: the default config plans RULER on the reference and both task
-    rungs (and the noise run) at 1K only (its `cells` is empty: one 8K item costs ~55 s of prefill per
-    rung on 2 cores); config/full.yaml adds the cell at the trained context (8192 for SmolLM2: the
-    generate job is sized for it), RULER alone at q8_0 and q4_0 on those points, and bfcl_haystack."""
+    rungs (and the noise run) at 1K and one needle item at the trained context (8192 for SmolLM2: the
+    generate job is sized for it); config/full.yaml widens the cell to five tasks, adds the lengths
+    between, RULER alone at q8_0 and q4_0 on those points, and bfcl_haystack."""
     from pipeline_util import planned_jobs, snakemake
 
     from quantladder.benchmarks.ruler import build
@@ -238,7 +238,8 @@ def test_the_default_dry_run_plans_the_trained_context_cell_and_the_full_one_the
     assert ("benchmark_items", {"task": "ruler", "family": fam}) in jobs
     bench = ruler.Ruler(cfg["benchmarks"]["ruler"])
     blocks, facts = build.plan_blocks(bench.settings, 8192)
-    assert {b[0] for b in blocks} == {1024} and bench.max_n_ctx(8192) < 8192
+    assert blocks == [(1024, t, 1) for t in cfg["benchmarks"]["ruler"]["tasks"]] + [(8192, "niah_single_1", 1)]
+    assert facts["lengths"] == [1024, 8192] and bench.max_n_ctx(8192) == 8192
     full = yaml.safe_load((repo_root / "config" / "full.yaml").read_text())["benchmarks"]["ruler"]
     bench = ruler.Ruler({**cfg["benchmarks"]["ruler"], **full})
     blocks, facts = build.plan_blocks(bench.settings, 8192)
