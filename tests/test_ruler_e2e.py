@@ -43,14 +43,14 @@ def _point(cfg, model, kv):
                  benchmark="ruler", model_path=str(model), model_record=record, anchor={}, threads=1)
 
 
-@pytest.mark.parametrize("kv", ["f16", "q8_0"])
+@pytest.mark.parametrize("kv", ["f16", "q8_0", "q4_0"])
 def test_ruler_point_end_to_end(tmp_path, smollm_q8, bench, items, kv, repo_root):
     """Items in the model's own tokens -> the one loop (each length its own context, the point's KV
-    types) -> the one score stage -> rows -> metrics.json."""
+    types: the KV cross of config/full.yaml) -> the one score stage -> rows -> metrics.json."""
     its, source, facts = items
     cfg = yaml.safe_load((repo_root / "config" / "config.yaml").read_text())
     cfg["card"] = "test-card"
-    cfg["kv_types"] = ["f16", "q8_0"]
+    cfg["kv_types"] = ["f16", "q8_0", "q4_0"]
     pt = _point(cfg, smollm_q8, kv)
     assert facts["lengths"] == [LENGTH] and all(it.n_ctx == LENGTH for it in its)
 
@@ -64,7 +64,7 @@ def test_ruler_point_end_to_end(tmp_path, smollm_q8, bench, items, kv, repo_root
     assert r1.meta["complete"] and len(r1.records) == len(its) == len(TASKS)
     eng = r1.meta["engine"][str(LENGTH)]
     assert eng["n_ctx"] == LENGTH and (eng["type_k"], eng["type_v"]) == (pt.type_k, pt.type_v)
-    assert eng["flash_attn"] == (kv == "q8_0")  # a quantized V cache needs flash attention
+    assert eng["flash_attn"] == (kv != "f16")  # a quantized V cache needs flash attention
     for g in r1.records:
         assert g["n_prompt_tokens"] + g["n_gen_tokens"] <= LENGTH
         assert g["n_gen_tokens"] <= {"niah_single_1": 128, "vt": 30}[g["subset"]]
