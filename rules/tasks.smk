@@ -72,7 +72,9 @@ rule generate:
     threads: workflow.cores
     resources:
         mem_mb=qres.generate_mem_mb(config),
-        runtime=qres.runtime_min("generate", config, rule="generate"),
+        runtime=qres.runtime_min(
+            "generate", config, rule="generate", work=("item_file",)
+        ),
     params:
         key=get_generation_key,
         anchor_key=get_task_anchor_key,

@@ -5,7 +5,18 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import pytest
+
 from quantladder import resources as qres
+from quantladder import timings
+
+
+@pytest.fixture(autouse=True)
+def no_timings_here(tmp_path, monkeypatch):
+    """Budgets learn from the `logs/benchmarks` of the working directory: each test starts in an
+    empty one (a checkout that has run the workflow has its own)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(timings, "_cache", {})
 
 SMOL = {"file_bytes": 270_885_952, "n_layer": 30, "n_head_kv": 3, "head_dim_k": 64, "head_dim_v": 64,
         "n_vocab": 49152}
@@ -50,3 +61,25 @@ def test_config_floor_raises_runtime():
     cfg = {"resources": {"runtime_min": {"perplexity": 240}}}
     inp = SimpleNamespace()
     assert qres.runtime_min("perplexity", cfg)(SimpleNamespace(), inp, 1) == 240
+
+
+def test_a_generate_budget_learned_on_other_items_is_not_reused(tmp_path):
+    """The generate rule's budget is three times what its jobs of the same task took here, but only
+    jobs timed after the task's items were last made count: a task file edited to hold longer items
+    gets the model-size estimate, not the minute its short predecessor earned (found running a
+    20-item task set after the 16-item example: every generate job stopped at 2 minutes)."""
+    import os
+
+    tsv = tmp_path / "logs/benchmarks/generate/card/points/fam/F16/f16/tasks.tsv"
+    tsv.parent.mkdir(parents=True)
+    tsv.write_text("s\th:m:s\n10.0\t0:00:10\n")
+    items = tmp_path / "items.jsonl"
+    items.write_text("{}\n")
+    inp = SimpleNamespace(**vars(_input(tmp_path, SMOL)), item_file=str(items))
+    w = SimpleNamespace(task="tasks", kv="f16")
+    run = qres.runtime_min("generate", rule="generate", work=("item_file",))
+    os.utime(items, (1_000, 1_000))  # the items are older than the timing: it counts
+    assert run(w, inp, 1) == 1  # max(1 min, 3 × 10 s)
+    os.utime(items, (tsv.stat().st_mtime + 60,) * 2)  # made again since: the estimate instead
+    assert run(w, inp, 1) == qres.estimate_runtime_min("generate", SMOL["file_bytes"]) > 30
+    assert qres.runtime_min("generate", rule="generate")(w, inp, 1) == 1  # without `work`: as before

@@ -146,9 +146,23 @@ def mem_mb(kind: str = "inference", *, n_ctx: int | None = None, overhead_mb: in
     return _mem_mb
 
 
-def runtime_min(kind: str, config: dict | None = None, *, rule: str | None = None, scale: float = 1.0):
+def _made_at(input, names) -> float | None:
+    """The newest mtime of the job's inputs named ``names`` (those that say what work it does)."""
+    stamps = []
+    for name in names:
+        path = getattr(input, name, None) if input is not None else None
+        if isinstance(path, str) and os.path.exists(path):
+            stamps.append(os.path.getmtime(path))
+    return max(stamps, default=None)
+
+
+def runtime_min(kind: str, config: dict | None = None, *, rule: str | None = None, scale: float = 1.0,
+                work: tuple[str, ...] = ()):
     """A ``runtime`` resource callable (minutes): three times what the rule's jobs of the same kind
     took here (their benchmark files, quantladder.timings), else base + per GB of model, per kind.
+    ``work``: the named inputs that say how much work a job is (a generate job's items): only jobs
+    timed after they were last made count, so a task file that now holds longer items does not get
+    the budget its short predecessor earned (and stop at it, exit 75).
 
     ``config["resources"]["runtime_min"][rule or kind]`` is a floor a site can raise without
     editing rules (a slow partition, a big corpus).
@@ -161,7 +175,8 @@ def runtime_min(kind: str, config: dict | None = None, *, rule: str | None = Non
     name = rule or kind
 
     def _runtime(wildcards, input, attempt):
-        took = timings.median_s(timings.seconds(fresh=False), name, timings.kind_of(name, wildcards))
+        took = timings.median_s(timings.seconds(fresh=False), name, timings.kind_of(name, wildcards),
+                                since=_made_at(input, work) if work else None)
         if took is not None:  # measured: headroom for a slower node, more on a retry
             minutes = max(1.0, 3 * took / 60, floor or 0) * max(1, attempt)
             return int(min(math.ceil(minutes), MAX_RUNTIME_MIN))

@@ -32,24 +32,38 @@ def _read_seconds(tsv: Path) -> float | None:
         return None  # a benchmark file being written, or another format: no figure from it
 
 
-def seconds(root: str | Path = ".", *, fresh: bool = True) -> dict[tuple[str, str], list[float]]:
+class Seen(defaultdict):
+    """(rule, kind) -> the seconds of its finished jobs; ``written`` holds, in the same order, when
+    each job's benchmark file was written (its mtime)."""
+
+    def __init__(self):
+        super().__init__(list)
+        self.written: dict[tuple[str, str], list[float]] = defaultdict(list)
+
+    def add(self, key: tuple[str, str], s: float, mtime: float) -> None:
+        self[key].append(s)
+        self.written[key].append(mtime)
+
+
+def seconds(root: str | Path = ".", *, fresh: bool = True) -> Seen:
     """Seconds of every finished job, by (rule, kind) and by (rule, "") for the whole rule.
     ``fresh=False`` reads the files once per process (a DAG build asks for every job)."""
     key = str(Path(root).resolve())
     if not fresh and key in _cache:
         return _cache[key]
-    out: dict[tuple[str, str], list[float]] = defaultdict(list)
+    out = Seen()
     base = Path(root) / BENCHMARKS
     for tsv in sorted(base.rglob("*.tsv")) if base.is_dir() else []:
         parts = tsv.relative_to(base).with_suffix("").parts
         s = _read_seconds(tsv)
         if s is None:
             continue
+        mtime = tsv.stat().st_mtime
         rule, rest = parts[0], parts[1:]
-        out[(rule, "")].append(s)
+        out.add((rule, ""), s, mtime)
         i = _KIND_PART.get(rule)
         if i is not None and len(rest) > max(i, -i - 1):
-            out[(rule, rest[i])].append(s)
+            out.add((rule, rest[i]), s, mtime)
     _cache[key] = out
     return out
 
@@ -59,9 +73,14 @@ def kind_of(rule: str, wildcards) -> str:
     return str(getattr(wildcards, _KIND_WILDCARD.get(rule, "family"), "") or "")
 
 
-def median_s(seen: dict, rule: str, kind: str = "") -> float | None:
-    """The median seconds of the finished jobs of (rule, kind), else of the rule; None if none ran."""
+def median_s(seen: dict, rule: str, kind: str = "", *, since: float | None = None) -> float | None:
+    """The median seconds of the finished jobs of (rule, kind), else of the rule; None if none ran.
+    ``since``: only jobs whose benchmark file was written after it (a job timed on other work, before
+    its items were made again, says nothing of this job)."""
     for key in ((rule, kind), (rule, "")):
-        if seen.get(key):
-            return statistics.median(seen[key])
+        took = seen.get(key) or []
+        if since is not None and took:
+            took = [s for s, t in zip(took, seen.written[key]) if t > since]
+        if took:
+            return statistics.median(took)
     return None
