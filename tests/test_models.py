@@ -35,6 +35,36 @@ def test_truncated_file_is_named_and_refused(smollm_source, tmp_path):
     assert not dest.exists()
 
 
+def test_the_header_scan_reads_what_the_gguf_package_reads(smollm_source, smollm_q4km):
+    """scan_header (one pass, used because gguf.GGUFReader takes 11 s over Gemma-3's vocabulary)
+    against the gguf package's reader on real files: every field's value and type, every tensor."""
+    import gguf
+    import numpy as np
+
+    for path in (smollm_source, smollm_q4km):
+        types: dict = {}
+        fields, tensors = gguf_meta.scan_header(path, types=types)
+        reader = gguf.GGUFReader(str(path))
+        theirs = {k: f for k, f in reader.fields.items() if not k.startswith("GGUF.")}
+        assert list(fields) == list(theirs)
+        for k, f in theirs.items():
+            ours = fields[k]
+            assert types[k] == (int(f.types[0]), int(f.types[-1]) if len(f.types) > 1 else None), k
+            want = f.contents()
+            assert (np.asarray(ours).tolist() if isinstance(ours, np.ndarray) else ours) == want, k
+        assert [(t.name, t.shape, t.type, t.n_elements, t.n_bytes, t.data_offset) for t in tensors] == [
+            (t.name, tuple(int(x) for x in t.shape), int(t.tensor_type), int(t.n_elements), int(t.n_bytes),
+             int(t.data_offset)) for t in reader.tensors]
+
+
+def test_a_header_cut_inside_the_vocabulary_is_named(smollm_source, tmp_path):
+    cut = tmp_path / "cut.gguf"
+    with open(smollm_source, "rb") as f:
+        cut.write_bytes(f.read(200_000))  # inside tokenizer.ggml.tokens
+    with pytest.raises(ModelFileError, match=r"cut\.gguf: unreadable or truncated GGUF \(200000 bytes"):
+        gguf_meta.read_info(cut)
+
+
 def test_non_gguf_file_is_refused(tmp_path):
     bad = tmp_path / "model.gguf"
     bad.write_text("<html>not a model</html>")

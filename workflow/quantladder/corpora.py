@@ -382,26 +382,22 @@ def materialize(source: dict) -> str:
 # -- chat corpora: rendered through the model's own template --------------------------------------
 def chat_template_of(gguf_path: str | Path) -> tuple[str | None, str, str]:
     """The GGUF's chat template and its BOS / EOS token texts (read from the header, no weights)."""
-    import gguf
+    from .errors import ModelFileError
+    from .gguf_meta import scan_header
 
     try:
-        r = gguf.GGUFReader(str(gguf_path), "r")
-    except Exception as e:
-        raise DataError(f"{gguf_path}: unreadable GGUF ({type(e).__name__}: {e})") from e
-
-    def field_(key):
-        f = r.fields.get(key)
-        return None if f is None else f.contents()
-
-    tokens = r.fields.get("tokenizer.ggml.tokens")
+        fields, _ = scan_header(gguf_path)
+    except ModelFileError as e:
+        raise DataError(f"{gguf_path}: unreadable GGUF ({e})") from e
+    tokens = fields.get("tokenizer.ggml.tokens")
 
     def token_text(key):
-        i = field_(key)
-        if i is None or tokens is None or not 0 <= int(i) < len(tokens.data):
+        i = fields.get(key)
+        if i is None or tokens is None or not 0 <= int(i) < len(tokens):
             return ""
-        return bytes(tokens.parts[tokens.data[int(i)]]).decode("utf-8", errors="replace")
+        return tokens[int(i)]
 
-    return field_("tokenizer.chat_template"), token_text("tokenizer.ggml.bos_token_id"), token_text("tokenizer.ggml.eos_token_id")
+    return fields.get("tokenizer.chat_template"), token_text("tokenizer.ggml.bos_token_id"), token_text("tokenizer.ggml.eos_token_id")
 
 
 def render_chat(jsonl: str, template: str | None, bos: str, eos: str, *, where: str = "chat corpus") -> str:

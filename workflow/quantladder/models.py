@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ConfigError, ModelFileError
-from .gguf_meta import check_magic, read_info
+from .gguf_meta import check_magic, read_info, scan_header
 from .io import atomic_path, sha256_file
 
 # Rung type -> llama.cpp LLAMA_FTYPE value (include/llama.h of the vendored llama.cpp): every file
@@ -238,40 +238,41 @@ def _acquired(source, src, digest, sha256, info, dest) -> dict:
     }
 
 
-def _field_value(field):
-    return field.contents()
-
-
 def dequantize_to_f16(src: str | os.PathLike, dst: str | os.PathLike) -> dict:
     """Write an F16 GGUF with the same metadata and tensors as ``src``.
 
     2-D+ tensors become F16; 1-D tensors (norms, biases) stay F32, as llama.cpp's converter
-    writes them. Dequantization uses gguf's reference implementation of each block format.
+    writes them. Dequantization uses gguf's reference implementation of each block format; the
+    header is read with quantladder.gguf_meta.scan_header (strings kept as their bytes).
     """
     import gguf
 
     src = Path(src)
-    reader = gguf.GGUFReader(str(src), "r")
-    arch = str(reader.fields["general.architecture"].contents())
+    types: dict = {}
+    fields, tensors = scan_header(src, types=types, raw_strings=True)
+    arch = fields["general.architecture"].decode("utf-8")
+    data_map = np.memmap(src, dtype=np.uint8, mode="r")
     counts = {"dequantized": 0, "kept": 0}
     with atomic_path(dst) as tmp:
         writer = gguf.GGUFWriter(str(tmp), arch)
-        for name, field in reader.fields.items():
-            if name.startswith("GGUF.") or name in ("general.architecture", "general.file_type"):
+        for name, value in fields.items():
+            if name in ("general.architecture", "general.file_type"):
                 continue
-            vtype = field.types[0]
-            sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-            writer.add_key_value(name, _field_value(field), vtype, sub_type=sub)
+            vtype, sub = types[name]
+            writer.add_key_value(name, value.tolist() if isinstance(value, np.ndarray) else value,
+                                 gguf.GGUFValueType(vtype), sub_type=None if sub is None else gguf.GGUFValueType(sub))
         writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-        for t in reader.tensors:
-            qtype = gguf.GGMLQuantizationType(t.tensor_type)
+        for t in tensors:
+            qtype = gguf.GGMLQuantizationType(t.type)
+            raw = data_map[t.data_offset:t.data_offset + t.n_bytes]
+            ne = [int(x) for x in t.shape]
             if qtype in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
-                data = np.asarray(t.data)
+                data = raw.view(np.float32 if qtype == gguf.GGMLQuantizationType.F32 else np.float16)
                 counts["kept"] += 1
             else:
-                data = gguf.quants.dequantize(np.asarray(t.data), qtype)
+                block, size = gguf.GGML_QUANT_SIZES[qtype]
+                data = gguf.quants.dequantize(np.asarray(raw).reshape(-1, ne[0] // block * size), qtype)
                 counts["dequantized"] += 1
-            ne = [int(x) for x in t.shape]
             data = data.reshape(list(reversed(ne)))
             data = data.astype(np.float32 if len(ne) == 1 or ne[1:] == [1] * (len(ne) - 1) else np.float16)
             writer.add_tensor(t.name, data)
