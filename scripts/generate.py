@@ -29,9 +29,16 @@ def run(smk):
     bench.verify_source(source, str(smk.input.source))
     policy = GenerationPolicy.of(pt.config, bench.name)
     info = GGUFInfo(**pt.model_record["info"]) if pt.model_record.get("info") else None
-    n_parallel = policy.n_parallel_for(info, max((bench.n_ctx(it) for it in items), default=0), pt.kv)
+    max_ctx = max((bench.n_ctx(it) for it in items), default=0)
+    n_parallel = policy.n_parallel_for(info, max_ctx, pt.kv)
     env = bench.open_env(source, "generate")
     items = bench.order(items)
+    alone: list[str] = []
+    if pt.series == "noise":  # an item without batch mates in both series is one computation twice
+        points_policy = GenerationPolicy.of(smk.config, bench.name)
+        alone = [it.id for it in generation.alone_at_both(
+            items, bench, points_policy.n_parallel_for(info, max_ctx, pt.kv), n_parallel, policy.wave_factor)]
+        items = [it for it in items if it.id not in set(alone)]
     stopper = None
     if smk.input.get("reference_verdicts"):  # early stopping on, and this is not the reference point
         from quantladder.benchmarks import ScoringContext
@@ -50,7 +57,8 @@ def run(smk):
         env=env, stopper=stopper)
     result = loop.run()
     generation.write_outputs(result, smk.output.generations, smk.output.meta, extra={
-        "blocked": False, "items_sha256": items_meta["sha256"], "policy": policy.record, "series": pt.series})
+        "blocked": False, "items_sha256": items_meta["sha256"], "policy": policy.record, "series": pt.series,
+        **({"not_regenerated": {"items": alone, "reason": generation.ALONE_REASON}} if alone else {})})
 
 
 if __name__ == "__main__":

@@ -39,6 +39,10 @@ def run(smk):
         # never score replies made under other generation settings as if they were this config's
         raise ValueError(f"{smk.input.meta}: generated with generation key {gen_meta['key']}, the config's is "
                          f"{smk.params.generation_key}; run snakemake again (it regenerates this point first)")
+    left_out = gen_meta.get("not_regenerated") or {}
+    if left_out:  # the noise series' items that had no batch mates at either setting (rule generate)
+        items = [it for it in items if it.id not in set(left_out["items"])]
+        data["not_regenerated"] = left_out
     setup = bench.scoring_setup()  # the sandbox backend is checked before anything runs
     info = GGUFInfo(**pt.model_record["info"]) if pt.model_record.get("info") else None
     env = bench.open_env(source, "score")

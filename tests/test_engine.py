@@ -114,15 +114,37 @@ def test_same_wave_twice_is_byte_identical_and_memory_is_left_empty(smollm_q4km,
     assert all(g.n_gen_tokens == len(g.tokens) <= r.max_tokens for g, r in zip(a, requests_q4))
 
 
+def _logged_logits(eng: Engine) -> list[bytes]:
+    """Every logits row the engine reads from here on, as bytes."""
+    seen: list[bytes] = []
+    read = eng._logits
+
+    def logged(n):
+        rows = read(n)
+        seen.extend(np.asarray(rows[i]).tobytes() for i in range(n))
+        return rows
+
+    eng._logits = logged
+    return seen
+
+
 def test_a_sequence_alone_in_a_batched_context_matches_n_parallel_1(smollm_q4km, requests_q4):
     """Split KV streams: a sequence's cells start at cell 0 of its own stream whatever slot it holds,
-    so with no batch mates its reply is the n_parallel = 1 reply."""
+    its prompt goes in the same chunks, and every step decodes its one row: with no batch mates it is
+    the n_parallel = 1 computation, every logits row bit for bit (what lets the noise series leave
+    such an item out, quantladder.generation.alone_at_both). The prompt spans three chunks."""
     r = requests_q4[0]
-    with Engine(str(smollm_q4km), _settings()) as eng:
-        single = eng.generate(list(r.prompt), r.max_tokens)
-    with Engine(str(smollm_q4km), _settings(n_parallel=3)) as eng:
-        alone = eng.generate(list(r.prompt), r.max_tokens)
-    assert _same(single, alone)
+    prompt = ([t for q in requests_q4[1:] for t in q.prompt] * 8)[:1100] + list(r.prompt)
+    runs = []
+    for n_par in (1, 3, 8):
+        with Engine(str(smollm_q4km), _settings(n_ctx=1280, n_batch=512, n_parallel=n_par)) as eng:
+            rows = _logged_logits(eng)
+            runs.append((eng.generate(prompt, 24), rows))
+    (single, rows1), *others = runs
+    assert single.n_prompt_tokens > 1024 and len(rows1) >= 2
+    for alone, rows in others:
+        assert _same(single, alone)
+        assert rows == rows1
 
 
 def _argmax_margins(model: Path, gens: list[Generation], requests: list[Request]) -> list[float]:

@@ -57,6 +57,23 @@ def test_plan_waves_are_a_function_of_the_items_only():
     assert all(w.key is None for w in generation.plan(items, b, 1))  # no batch mates at n_parallel 1
 
 
+def test_the_noise_series_leaves_out_only_items_without_batch_mates_at_both_settings():
+    import dataclasses
+
+    b, _, items = _bench(6)
+    # RULER's shape: five items at one context, one alone at a longer one (the trained context)
+    items = items[:5] + [dataclasses.replace(items[5], n_ctx=8192)]
+    assert [it.id for it in generation.alone_at_both(items, b, 16, 1)] == [items[5].id]
+    assert [it.id for it in generation.alone_at_both(items, b, 1, 16)] == [items[5].id]
+    # two items at the long context are batch mates in the points series: both are generated again
+    two = items[:4] + [dataclasses.replace(it, n_ctx=8192) for it in items[4:]]
+    assert generation.alone_at_both(two, b, 16, 1) == []
+    # at n_parallel 1 against 2 (the noise setting when the points decode alone) in waves of 2: the
+    # pairs have mates; the fifth short item (the remainder wave) and the long one have none
+    assert [it.id for it in generation.alone_at_both(items, b, 1, 2, wave_factor=1)] == [items[4].id, items[5].id]
+    assert generation.alone_at_both(items[:4], b, 16, 1) == []
+
+
 def test_same_plan_twice_is_byte_identical_batched(tmp_path, smollm_q8):
     a = _loop(smollm_q8, tmp_path / "a", n_parallel=4).run()
     b = _loop(smollm_q8, tmp_path / "b", n_parallel=4).run()

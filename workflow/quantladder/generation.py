@@ -50,6 +50,9 @@ PROGRESS_EVERY_S = 30.0
 STORE_NAME = ".generations.store.jsonl"
 # What a record keeps of a Generation (timings are kept too, but never compared).
 RECORD_FIELDS = ("text", "n_prompt_tokens", "n_gen_tokens", "finish_reason")
+# Why the noise series leaves an item out (alone_at_both)
+ALONE_REASON = ("a wave of its own at both batch settings: one computation, no batch noise to measure "
+                "(docs/generation.md, the noise floor)")
 
 
 def item_sha(item: Item) -> str:
@@ -84,6 +87,24 @@ def plan(items: list[Item], bench: Benchmark, n_parallel: int, wave_factor: int 
         for i in range(0, len(group), size):
             waves.append(Wave(len(waves), n_ctx, group[i:i + size], batched=n_parallel > 1))
     return waves
+
+
+def alone_at_both(items: list[Item], bench: Benchmark, n_parallel_a: int, n_parallel_b: int,
+                  wave_factor: int | None = None) -> list[Item]:
+    """The items that are a wave of their own under both batch settings, in plan order.
+
+    Such an item has no batch mate either way: every generation step decodes its one row, its
+    stream holds the same cells (``n_ctx`` is the item's, per sequence) and its prompt goes in the
+    same chunks (:func:`quantladder.kv_policy.batch_sizes` does not depend on ``n_parallel`` below
+    the padded context). The two runs are one computation (tests/test_engine.py checks the logits
+    bit for bit), so generating it again at the other setting measures no batch noise: the noise
+    series leaves it out and says so (RULER's lone item at the model's trained context, a minute of
+    prefill on 2 CPU cores)."""
+    def lone(n: int) -> set[str]:
+        return {w.items[0].id for w in plan(items, bench, n, wave_factor) if len(w.items) == 1}
+
+    both = lone(n_parallel_a) & lone(n_parallel_b)
+    return [it for it in items if it.id in both]
 
 
 class Progress:
@@ -301,4 +322,4 @@ def write_blocked(generations_path: str | os.PathLike, meta_path: str | os.PathL
                            "sha256": sha256_file(generations_path)})
 
 
-__all__ = ["Loop", "Wave", "plan", "write_outputs", "write_blocked", "Result", "BudgetReached", "Progress"]
+__all__ = ["Loop", "Wave", "plan", "alone_at_both", "write_outputs", "write_blocked", "Result", "BudgetReached", "Progress"]
