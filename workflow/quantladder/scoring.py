@@ -112,6 +112,9 @@ def _stamp(v: dict, item: Item, rec: dict, key: str) -> dict:
 def completeness(planned: int, verdicts: list[dict], gen_meta: dict) -> tuple[str | None, str | None]:
     """A point is never complete with fewer verdicts than planned items."""
     if planned == 0:
+        left_out = gen_meta.get("not_regenerated")
+        if left_out:
+            return "absent", f"{len(left_out['items'])} item(s) not generated again: {left_out['reason']}"
         return "absent", "the benchmark planned no items for this point (see its items.json)"
     if gen_meta.get("early_stop") and len(verdicts) == gen_meta.get("generated"):
         # a sequential test decided before every item ran: a finished measurement, said so

@@ -137,7 +137,7 @@ def speed_gate(cfg: dict, *, family: str, card_label: str, tools: dict, model: s
     kw = dict(n_prompt=int(s["n_prompt"]), n_gen=int(s["n_gen"]), threads=threads, flash_attn=_resolved_fa(cfg),
               n_batch=int(s.get("n_batch", 2048)), n_ubatch=int(s.get("n_ubatch", 512)),
               gpu_layers=int(cfg.get("gpu_layers", 0)))
-    reps = int(s.get("repetitions", 3))
+    reps = int(gate.get("repetitions") or s.get("repetitions", 3))
     exe = llama_tools.tool(tools, "llama-bench")
     rounds = {"pp": ([], []), "tg": ([], [])}  # (ours, theirs) per-round means
     for _ in range(int(gate["rounds"])):  # interleaved: llama-bench, then the harness, each round
