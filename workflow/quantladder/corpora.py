@@ -50,7 +50,8 @@ from .benchmarks.code import data as code_data
 from .benchmarks.code import prompts as code_prompts
 from .benchmarks.tasks.taskfile import resolve_path
 from .benchmarks.traffic import trafficfile  # a traffic file's calibration part (its own reader)
-from .errors import ConfigError, DataError
+from .errors import ConfigError, DataError, ModelFileError
+from .gguf_meta import scan_header
 from .corpus_names import NAME_RE, is_chat, parse_name  # noqa: F401 (the corpus's API)
 from .models import locate_package_file, resolve_source
 
@@ -382,12 +383,9 @@ def materialize(source: dict) -> str:
 # -- chat corpora: rendered through the model's own template --------------------------------------
 def chat_template_of(gguf_path: str | Path) -> tuple[str | None, str, str]:
     """The GGUF's chat template and its BOS / EOS token texts (read from the header, no weights)."""
-    from .errors import ModelFileError
-    from .gguf_meta import scan_header
-
     try:
         fields, _ = scan_header(gguf_path)
-    except ModelFileError as e:
+    except (ModelFileError, OSError) as e:
         raise DataError(f"{gguf_path}: unreadable GGUF ({e})") from e
     tokens = fields.get("tokenizer.ggml.tokens")
 
