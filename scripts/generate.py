@@ -38,7 +38,8 @@ def run(smk):
         points_policy = GenerationPolicy.of(smk.config, bench.name)
         alone = [it.id for it in generation.alone_at_both(
             items, bench, points_policy.n_parallel_for(info, max_ctx, pt.kv), n_parallel, policy.wave_factor)]
-        items = [it for it in items if it.id not in set(alone)]
+        left_out = set(alone)
+        items = [it for it in items if it.id not in left_out]
     stopper = None
     if smk.input.get("reference_verdicts"):  # early stopping on, and this is not the reference point
         from quantladder.benchmarks import ScoringContext

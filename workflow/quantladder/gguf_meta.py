@@ -132,14 +132,10 @@ def scan_header(path: str | os.PathLike, *, types: dict | None = None,
     import numpy as np
 
     p = Path(path)
+    check_magic(p)
     with open(p, "rb") as fh:
-        try:
-            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        except ValueError as e:  # an empty file
-            raise ModelFileError(f"{p}: unreadable or truncated GGUF (0 bytes)") from e
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     try:
-        if mm[:4] != GGUF_MAGIC:
-            raise ModelFileError(f"{p}: not a GGUF file (starts with {bytes(mm[:4])!r}, expected b'GGUF')")
         (version,) = struct.unpack_from("<I", mm, 4)
         e = "<" if version & 0xFFFF else ">"  # a big-endian file reads as a version in the high bytes
         pos = 8
@@ -223,9 +219,8 @@ def read_info(path: str | os.PathLike) -> GGUFInfo:
     import gguf
 
     p = Path(path)
-    check_magic(p)
+    fields, tensors = scan_header(p)  # checks the magic first
     size = p.stat().st_size
-    fields, tensors = scan_header(p)
     if not tensors:
         raise ModelFileError(f"{p}: GGUF holds no tensors")
     end = max(t.data_offset + t.n_bytes for t in tensors)
