@@ -445,6 +445,24 @@ def get_scoring_key(wildcards):
     return qmanifest.scoring_key(_task_cfg(w), w.card, w.family, w.rung, w.kv, w.task)
 
 
+# What a job read is what its key names: the digests of a local task or traffic file that enter a key,
+# read once, as the workflow is parsed (Snakemake evaluates a job's params when the job starts, so a
+# digest taken there would be the edited file's), and checked by the job against the file as it reads
+# it (Benchmark.check_read).
+PLANNED_DIGESTS = {
+    t: {w: qbenchmarks.configured(config, t).content_digests(w) for w in ("items", "scoring")}
+    for t in TASKS
+}
+
+
+def get_items_digests(wildcards):
+    return json.dumps(PLANNED_DIGESTS[wildcards.task]["items"], sort_keys=True)
+
+
+def get_scoring_digests(wildcards):
+    return json.dumps(PLANNED_DIGESTS[wildcards.task]["scoring"], sort_keys=True)
+
+
 def get_task_anchor(wildcards):
     return ancient(f"results/{wildcards.card}/anchors/{wildcards.task}.json")
 

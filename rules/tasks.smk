@@ -53,6 +53,7 @@ rule benchmark_items:
         runtime=runtime_for("benchmark_items", 60),
     params:
         key=get_items_key,
+        digests=get_items_digests,
     script:
         "../scripts/benchmark_items.py"
 
@@ -102,5 +103,6 @@ rule score:
     params:
         key=get_scoring_key,
         generation_key=get_generation_key,
+        digests=get_scoring_digests,
     script:
         "../scripts/score.py"

@@ -5,6 +5,7 @@ template, read from the reference rung), so every rung and KV type of the family
 same items; the file's sha256 enters each point's manifest.
 """
 
+import json
 import logging
 
 from quantladder import benchmarks
@@ -15,6 +16,7 @@ from quantladder.scriptutil import main, mock_from_argv
 def run(smk):
     task, family = smk.wildcards.task, smk.wildcards.family
     bench = benchmarks.configured(smk.config, task)
+    bench.expect(json.loads(smk.params.digests))  # the file as planned, or nothing is built from it
     source = read_json(smk.input.source)
     bench.verify_source(source, str(smk.input.source))
     log = logging.getLogger(f"quantladder.{task}")

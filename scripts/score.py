@@ -5,6 +5,7 @@ and BFCL multi-turn run model-written code here, in the sandbox and nowhere else
 backend the rule stops with install instructions before anything runs.
 """
 
+import json
 from pathlib import Path
 
 from quantladder import budget, points, scoring
@@ -18,13 +19,14 @@ from quantladder.scriptutil import log, main, mock_from_argv
 def run(smk):
     pt = points.from_snakemake(smk)
     bench = pt.bench
+    bench.expect(json.loads(smk.params.digests))  # the checks as planned, or no verdict is given
     # both declared files checked against the count and sha256 recorded beside them
     records, gen_meta = JsonlFile(smk.input.generations, GENERATIONS).read_declared()
     items, items_meta = read_items(smk.input.item_file)
     source = read_json(smk.input.source)
     bench.verify_source(source, str(smk.input.source))
     data = {"name": bench.name, "version": source.get("version"), "sha256": source.get("sha256"),
-            "items_sha256": items_meta["sha256"], "n_items": items_meta["n_items"],
+            "items_sha256": items_meta["sha256"], "n_items": items_meta["n_items"], "digests": bench.planned,
             "items": {k: v for k, v in items_meta.items() if k not in ("key",)}}
     if smk.input.get("env"):
         data["scoring_env"] = {"requirements": str(smk.input.env), "sha256": sha256_file(smk.input.env)}
@@ -50,8 +52,14 @@ def run(smk):
     out = scoring.score(bench, items, records, gen_meta, key=smk.params.key,
                         store_dir=Path(smk.output.verdicts).parent, ctx=ctx, kv_info=info, kv=pt.kv,
                         budget=budget.from_snakemake(smk))
+    status, reason = out.status, out.reason
+    if status is None and reason:
+        # a finished point with a note (items longer than their context, an early stop): kept beside
+        # the anchor's reason, not dropped for having no status of its own
+        status, anchored = pt.status
+        reason = "; ".join(r for r in (anchored, reason) if r)
     pt.write_metrics(smk.output.metrics, out.rows, data=data, engine=gen_meta.get("engine"),
-                     status=out.status, status_reason=out.reason,
+                     status=status, status_reason=reason,
                      keys={"generation": gen_meta.get("key")},
                      extra={"scorer_version": bench.scorer_version, "scoring": setup, **out.facts,
                             **scoring.write_verdicts(smk.output.verdicts, out.verdicts),

@@ -116,3 +116,86 @@ def test_a_prompt_edit_regenerates_the_items_it_touches(run):
         log = (wd / f"logs/generate/{CARD}/points/{FAM}/{rung}/f16/tasks.log").read_text()
         assert f"{n - 1} already generated, 1 to go" in log, log[-2000:]
         assert len(read_jsonl(_point(wd, rung) / "verdicts.jsonl")) == n
+
+
+def _edited_after_planning(wd: Path, path: Path, old: str, new: str, *args: str) -> subprocess.CompletedProcess:
+    """Snakemake plans the run from the file as it is, then (its `onstart` handler, after the DAG is
+    built and before any job starts) the file is edited: every job reads the edited file."""
+    snakefile = wd / "Snakefile.edit-after-planning"
+    snakefile.write_text((wd / "Snakefile").read_text() + (
+        "\nonstart:\n"
+        f"    _p = {str(path)!r}\n"
+        f"    _t = open(_p).read().replace({old!r}, {new!r})\n"
+        "    open(_p, 'w').write(_t)\n"))
+    return subprocess.run([str(Path(sys.executable).with_name("snakemake")), "-s", str(snakefile), "-d", str(wd),
+                           "--cores", "2", "--nolock", *args, f"results/{CARD}/points.parquet"],
+                          capture_output=True, text=True, timeout=1200,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "workflow")})
+
+
+def _logs(wd: Path, rule: str) -> str:
+    return "".join(p.read_text() for p in sorted((wd / "logs" / rule).rglob("*.log")))
+
+
+def test_a_check_edited_after_planning_stops_every_score_job_and_a_revert_recomputes(run):
+    """Issue 41, case 1: a check changed after the run was planned. Before, each score job compared two
+    reads of its own and scored with the edited check under the planned key; after a revert,
+    `snakemake -n` said nothing was to be done while verdicts held a check no file had."""
+    from quantladder.benchmarks.tasks import taskfile
+
+    wd, path = run["wd"], run["tasks"]
+    before = {r: (_point(wd, r) / "verdicts.jsonl").read_text() for r in RUNGS}
+    planned = taskfile.read(path, "auto", None).checks_sha256
+    proc = _edited_after_planning(wd, path, '"value": 48', '"value": 49', "--keep-going", "--forcerun", "score")
+    assert proc.returncode != 0, proc.stderr[-3000:]
+    edited = taskfile.read(path, "auto", None).checks_sha256
+    assert edited != planned
+    log = _logs(wd, "score") + proc.stderr
+    assert re.search(rf"{re.escape(str(path))}: its checks digest is {edited} as this job read it, but the run was "
+                     rf"planned with {planned}", log), log[-3000:]
+    for rung in RUNGS:  # no figure from the edited check, none left looking complete
+        assert not (_point(wd, rung) / "metrics.json").exists()
+    path.write_text(path.read_text().replace('"value": 49', '"value": 48'))  # the edit reverted
+    _snakemake(wd)
+    for rung in RUNGS:
+        assert (_point(wd, rung) / "verdicts.jsonl").read_text() == before[rung]
+        m = json.loads((_point(wd, rung) / "metrics.json").read_text())
+        assert m["manifest"]["data"]["digests"] == {"checks_sha256": planned}  # what the point was made from
+
+
+def test_a_prompt_edited_after_planning_stops_the_items_job(run):
+    """The same for the prompt half: the items job reads the file through the source record; before,
+    items.json recorded a prompts digest that no file matched, and every reply held the edited prompt."""
+    from quantladder.benchmarks.tasks import taskfile
+
+    wd, path = run["wd"], run["tasks"]
+    planned = taskfile.read(path, "auto", None).prompts_sha256
+    proc = _edited_after_planning(wd, path, "pencils", "crayons", "--forcerun", "benchmark_items")
+    assert proc.returncode != 0
+    log = _logs(wd, "benchmark_items") + proc.stderr
+    assert re.search(rf"its prompts digest is [0-9a-f]{{64}} as this job read it, but the run was planned with "
+                     rf"{planned}", log), log[-3000:]
+    assert not (wd / f"resources/benchmarks/tasks/{FAM}/items.json").exists()
+    path.write_text(path.read_text().replace("crayons", "pencils"))
+    _snakemake(wd)
+    meta = json.loads((wd / f"resources/benchmarks/tasks/{FAM}/items.json").read_text())
+    assert meta["prompts_sha256"] == planned
+
+
+def test_two_points_made_from_different_checks_are_not_paired(run, tmp_path):
+    """Rule 13: a delta never compares two exams. A point whose recorded check digest differs from its
+    reference's (what a file edited between two score jobs on a cluster leaves) is refused, naming both."""
+    from quantladder import aggregate
+
+    wd = run["wd"]
+    paths = []
+    for rung in RUNGS:
+        d = tmp_path / rung
+        shutil.copytree(_point(wd, rung), d)
+        paths.append(d / "metrics.json")
+    m = json.loads(paths[1].read_text())
+    m["manifest"]["data"]["digests"] = {"checks_sha256": "0" * 64}
+    paths[1].write_text(json.dumps(m))
+    with pytest.raises(Exception, match=rf"{re.escape(str(paths[1]))} and {re.escape(str(paths[0]))} were made "
+                                        rf"from different inputs \(checks_sha256: 0{{64}} against [0-9a-f]{{64}}\)"):
+        aggregate.collect([str(p) for p in paths])

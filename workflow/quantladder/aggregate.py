@@ -30,7 +30,7 @@ import logging
 from pathlib import Path
 
 from . import dataset, deltas, metrics
-from .errors import CardMismatchError
+from .errors import CardMismatchError, DataError
 from .flips import flip_metric_rows, flips, generation_hash_value, identical, share
 from .io import GENERATIONS, VERDICTS, JsonlFile, read_json
 from .targets import FIDELITY
@@ -54,6 +54,12 @@ class Point:
         self.card_identity = man.get("card") or {}
         # a task point's fidelity rows (measures.fidelity): the benchmark's figures, not its verdicts
         self.fidelity = self.path.parent.name.startswith(FIDELITY)
+
+    @property
+    def inputs(self) -> dict:
+        """What a task point was made from: its items file's sha256 and the digests its key names."""
+        data = self.doc.get("manifest", {}).get("data") or {}
+        return {"items_sha256": data.get("items_sha256"), **(data.get("digests") or {})}
 
     @property
     def key(self) -> tuple:
@@ -150,7 +156,21 @@ def comparison_rows(points: list[Point]) -> list[dict]:
     return out
 
 
+def check_same_inputs(ref: Point, p: Point) -> None:
+    """A paired comparison is over the same items and the same checks (rule 13): two points made from
+    different items files or check digests (a file edited while a run went on) are refused, naming
+    both, rather than paired into a delta that compares two exams."""
+    a, b = ref.inputs, p.inputs
+    for what in sorted(set(a) | set(b)):
+        if a.get(what) != b.get(what):
+            raise DataError(
+                f"{p.path} and {ref.path} were made from different inputs ({what}: {b.get(what)} against "
+                f"{a.get(what)}), so they are not paired: run snakemake again (it re-plans the points whose "
+                "recorded inputs differ from the files as they are now)")
+
+
 def _pair_rows(ref: Point, p: Point, base: dict, *, noise: bool) -> list[dict]:
+    check_same_inputs(ref, p)
     rv, pv = ref.verdicts() or [], p.verdicts() or []
     out = [_with(base, r) for r in flip_metric_rows(flips(rv, pv), None, noise)]
     subsets = sorted({v.get("subset") for v in pv if v.get("subset")})

@@ -108,6 +108,36 @@ class Benchmark:
     COMMON_GENERATION: ClassVar[tuple[str, ...]] = ("n_parallel", "early_stop")
     def __init__(self, section: dict | None = None):
         self.settings = self.resolve(section or {})
+        self.planned: dict[str, str] = {}  # the content digests this job was planned with (expect)
+
+    # -- what a job read is what its key names (docs/your-tasks.md, "Edits during a run") -----------
+    def content_digests(self, which: str) -> dict[str, str]:
+        """The digests, in key group ``which`` (items / scoring), of the user's files whose content
+        enters that key (a local task or traffic file), as read now. At DAG-build time they go into the
+        rules' ``params``; in the job, every read of such a file is checked against them (``check_read``).
+        Data pinned by sha256 in its source record is verified by ``verify_source`` instead."""
+        return {k: v for k, v in self.group(which).items() if k.endswith("_sha256")}
+
+    def expect(self, planned: dict[str, str]) -> None:
+        """This job was planned with ``planned``: refuse it now if the file already reads otherwise."""
+        self.planned = dict(planned)
+        self.check_read(self.content_path() or self.name,
+                        {**self.content_digests("items"), **self.content_digests("scoring")})
+
+    def content_path(self) -> str | None:
+        return None
+
+    def check_read(self, path, found: dict[str, str]) -> None:
+        """Stop the job, naming the file and both digests, when what it read is not what it was planned
+        with: the file was edited after `snakemake` planned the run (a revert later would otherwise
+        leave figures made from a file no one has)."""
+        for what, digest in found.items():
+            want = self.planned.get(what)
+            if want is not None and want != digest:
+                raise DataError(
+                    f"{path}: its {what.replace('_sha256', '')} digest is {digest} as this job read it, but the "
+                    f"run was planned with {want}: the file changed after `snakemake` planned the run, so "
+                    "nothing is written from it; run snakemake again (it plans again from the file as it is)")
 
     # -- settings -----------------------------------------------------------------------------
     @classmethod
@@ -196,9 +226,18 @@ class Benchmark:
         (``score`` in [0, 1] where items earn partial credit, ``n_ctx`` where items have lengths)."""
         raise NotImplementedError
 
+    def no_reply_verdict(self, item: Item, ctx: ScoringContext) -> dict:
+        """The benchmark's own verdict fields for an item that got no reply: its prompt is longer than
+        its context, so it was never decoded and the score stage fails it (``prompt_too_long``)
+        without calling ``verdicts``. What a failed item holds there (a score of 0, its checks
+        failed), so that its verdict has the shape of every other one and ``metric_rows`` counts it
+        as a failed item; a figure of the reply itself (its length) leaves it out."""
+        return {}
+
     def metric_rows(self, verdicts: list[dict], items: list[Item]) -> list[dict]:
         """The benchmark's own figures (``quantladder.metrics.row``); the generic ones (errors by
-        type, loops, generation cost) are added by the score stage."""
+        type, loops, generation cost) are added by the score stage. ``verdicts`` holds the score
+        stage's ``prompt_too_long`` verdicts too (``no_reply_verdict``)."""
         raise NotImplementedError
 
     # -- early stopping -----------------------------------------------------------------------

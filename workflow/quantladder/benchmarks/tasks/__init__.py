@@ -67,6 +67,9 @@ class Tasks(Benchmark):
             return None
         return taskfile.read(taskfile.resolve_path(src["path"]), self.settings["format"], self.settings["limit"])
 
+    def content_path(self):
+        return None if self.local_file is None else str(self.local_file.path)
+
     def group(self, which):
         g = super().group(which)
         tf = self.local_file
@@ -91,7 +94,9 @@ class Tasks(Benchmark):
         return {source["path"]: source["sha256"]} if source.get("hf") else {}
 
     def _file(self, source: dict) -> taskfile.TaskFile:
-        return taskfile.read(source["path"], source.get("format", "auto"), self.settings["limit"])
+        tf = taskfile.read(source["path"], source.get("format", "auto"), self.settings["limit"])
+        self.check_read(tf.path, {"prompts_sha256": tf.prompts_sha256, "checks_sha256": tf.checks_sha256})
+        return tf
 
     # -- items ---------------------------------------------------------------------------------
     def build_items(self, source, *, reference_gguf=None, family=None, threads=1, log=None):
@@ -123,10 +128,7 @@ class Tasks(Benchmark):
     def verdicts(self, items, generations, ctx):
         from . import pycheck  # the code suites' sandbox runner (code.score, which loads pyarrow): scoring only
 
-        tf = self._file(ctx.source)
-        own = self.local_file
-        if own is not None and tf.checks_sha256 != own.checks_sha256:
-            raise DataError(f"{tf.path}: the checks changed after this run was planned; run again")
+        tf = self._file(ctx.source)  # checked against the digests the job was planned with
         by_id = {it.id: it for it in tf.items}
         todo = []
         for item in items:
@@ -162,6 +164,18 @@ class Tasks(Benchmark):
             out.append({"item_id": it.id, "correct": k == len(results), "error_type": first, "subset": it.subset,
                         "checks_passed": k, "checks_total": len(results), "checks": results})
         return out
+
+    def no_reply_verdict(self, item, ctx):
+        # every check of the item failed (it got no reply), so that each kind's pass rate counts them too
+        path = ctx.source["path"]
+        if getattr(self, "_checks_of", (None,))[0] != path:
+            self._checks_of = (path, {it.id: it.checks for it in self._file(ctx.source).items})
+        checks = self._checks_of[1].get(item.id)
+        if checks is None:
+            raise DataError(f"{path}: item {item.id!r} is not in the task file any more: the items were built from "
+                            "another version of it; run again")
+        return {"checks_passed": 0, "checks_total": len(checks),
+                "checks": [{"kind": c.kind, "passed": False, "error": "prompt_too_long", "detail": ""} for c in checks]}
 
     def metric_rows(self, verdicts, items):
         rows = _rows(verdicts, None)

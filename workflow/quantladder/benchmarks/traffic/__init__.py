@@ -64,6 +64,9 @@ class Traffic(Benchmark):
         src = self.settings.get("source") or {}
         return self._read(resolve_path(src["path"])) if "path" in src else None
 
+    def content_path(self):
+        return None if self.local_file is None else str(self.local_file.path)
+
     def group(self, which):
         g = super().group(which)
         tf = self.local_file
@@ -89,6 +92,7 @@ class Traffic(Benchmark):
 
     def build_items(self, source, *, reference_gguf=None, family=None, threads=1, log=None):
         tf = self._read(source["path"])
+        self.check_read(tf.path, {"prompts_sha256": tf.prompts_sha256, "logged_sha256": tf.logged_sha256})
         items = [Item(id=c.id, subset=c.subset, data={"prompt": [dict(m) for m in c.prompt]},
                       answer={"logged": c.logged}) for c in tf.items]
         return items, {"prompts_sha256": tf.prompts_sha256,
