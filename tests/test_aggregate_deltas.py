@@ -339,5 +339,7 @@ def test_batch_invariance_is_measured_per_pair_and_pooled_per_card(tmp_path, bfc
     assert (bf["value"], bf["n"]) == (float(invariant), 3)
     assert batch_invariance(df) == (invariant, 7 if invariant else 6, 7, 2)
     line = batch_invariance_line(df)
-    assert (f"<b>{'yes' if invariant else 'no'}</b> ({7 if invariant else 6} of 7 replies" in line)
+    # said per rung, from its own replies: here the reference's, the only rung with a second batch setting
+    assert (f'F16: <b data-batch-invariant="{"yes" if invariant else "no"}" data-rung="F16">'
+            f"{'every reply identical' if invariant else 'replies differ'}</b> ({7 if invariant else 6} of 7 (" in line)
     assert batch_invariance(df[df["metric"] != "batch_invariant"]) is None  # no noise floor: not claimed

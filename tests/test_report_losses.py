@@ -25,7 +25,8 @@ pytestmark = pytest.mark.slow  # the canned dataset takes ~30 s to make on 2 cor
 CARD = "cpu-test"
 N = 100
 ARITH_RIGHT = {"F16": 60, "Q6_K": 60, "Q8_0": 59, "Q4_K_M": 30}  # big's arithmetic: Q4_K_M loses 30 points
-# big's KLD per corpus (nats, its standard error): code separable from prose at Q4_K_M, not at Q8_0
+# big's KLD per corpus (nats, its standard error): code's interval above prose's at Q4_K_M, not at Q8_0; neither is
+# a per-chunk interval, so no corpus is ever named first or separable
 KLD = {"Q6_K": {"prose-en": (0.0005, 0.00003), "code-python": (0.0006, 0.00004)},
        "Q8_0": {"prose-en": (0.001, 0.0001), "code-python": (0.0011, 0.0001)},
        "Q4_K_M": {"prose-en": (0.03, 0.0015), "code-python": (0.08, 0.004)}}
@@ -88,11 +89,13 @@ def test_exams_are_ranked_by_the_loss_their_interval_guarantees(data):
     assert f"loss {-head.delta:.1f}" in exams and f"{-head.delta_ci_high:.1f}…{-head.delta_ci_low:.1f} points" in exams
     # named first, with the one exam it is not separable from: bigcodebench_hard's 10 items (± 28 points)
     first = q4[:q4.index("<br>")]
-    assert first.startswith("<td>first: <b>arithmetic</b>") and "overlaps code:" in first
+    assert first.startswith("<td>first on these items: <b>arithmetic</b>") and "overlaps code:" in first
     assert "function calling" not in first
-    # the corpora on their own scale: code's KLD first, separable
+    # the corpora on their own scale, code's KLD listed first; its per-token interval clears prose's, yet a
+    # per-token interval is no evidence about which text loses most: no "first" or "separable" claim
     assert _domains(klds) == ["KLD · code-python", "KLD · prose-en"] and "nats" in klds and "points" not in klds
-    assert "first: <b>KLD · code-python</b>" in q4
+    assert "largest mean KLD on these texts: <b>KLD · code-python</b>; not ranked against" in q4
+    assert "first: <b>KLD" not in q4 and "first on these items: <b>KLD" not in q4 and "separable from" not in q4
 
 
 def test_overlapping_intervals_are_said_not_ordered(data):
@@ -100,10 +103,10 @@ def test_overlapping_intervals_are_said_not_ordered(data):
     section = losses.losses_section(d[d["family"] == "big"])
     q8 = _row(section, "Q8_0")
     # bfcl's 1-point loss is shown (verdict loss); arithmetic's 1 of 100 is not, and its interval reaches over it
-    assert "first: <b>function calling</b>" in q8 and "not determined" in q8
+    assert "first on these items: <b>function calling</b>" in q8 and "not determined" in q8
     assert re.search(r'data-domain="arithmetic"[^>]*class="overlap"', q8)
-    # prose and code KLD at Q8_0 overlap: no corpus is named as separable
-    assert "KLD · code-python</b> (at least" in q8 and "its interval overlaps KLD · prose-en" in q8
+    # prose and code KLD at Q8_0: listed, never ranked against each other
+    assert "largest mean KLD on these texts: <b>KLD · code-python</b>" in q8 and "(at least" not in q8.split("largest")[1]
     # a point without a same-KV reference: every exam listed as not compared, with the reason
     q8kv = _row(section, "Q4_K_M", "q8_0")
     assert "not compared" in q8kv and "function calling" in q8kv and "<ol>" not in q8kv.split("not compared")[0]
@@ -140,5 +143,5 @@ def test_the_ranking_is_on_the_answer_screen_in_chromium(data):
     assert log == [], log
     rows, width, wrap = got
     q4 = next(r for r in rows if r[0] == "Q4_K_M")
-    assert q4[1].startswith("first: arithmetic") and q4[2][0] == "arithmetic"
+    assert q4[1].startswith("first on these items: arithmetic") and q4[2][0] == "arithmetic"
     assert width > 0 and wrap > 0

@@ -9,7 +9,7 @@ import pandas as pd
 
 from .. import dataset_view as dv
 from .. import metrics as qmetrics
-from .markup import Z95, esc, isnan, table, vcell
+from .markup import Z95, esc, isnan, share_text, table, vcell
 
 
 def identical_generations(df: pd.DataFrame, card_a: str, card_b: str) -> pd.DataFrame:
@@ -29,6 +29,8 @@ def identical_generations(df: pd.DataFrame, card_a: str, card_b: str) -> pd.Data
 def _share(k: int, n: int) -> str:
     if n == 0:
         return "—"
+    if k in (0, n):  # a binomial standard error of 0: the exact interval instead
+        return share_text(100 * k / n, n, counts=True)
     p = k / n
     return f"{k}/{n} ({100 * p:.1f} ± {100 * math.sqrt(p * (1 - p) / n):.1f} %)"
 
@@ -77,11 +79,13 @@ def crosscard_section(df: pd.DataFrame, card: str, others: list[str]) -> str:
                            if not (isnan(na) or isnan(nb)) and na > 0 and nb > 0 else None)
             rows.append([esc(r["family"]), esc(r["rung"]), esc(r["kv"]), esc(r["benchmark"]), esc(r["metric"]),
                          "—" if isnan(r["n_ctx"]) else str(int(r["n_ctx"])),
-                         vcell(r["value_a"], r["stderr_a"], r["unit_a"]), vcell(r["value_b"], r["stderr_b"], r["unit_b"]),
-                         vcell(d, se, r["unit_a"]) + (
+                         vcell(r["value_a"], r["stderr_a"], r["unit_a"], r["n_a"]),
+                         vcell(r["value_b"], r["stderr_b"], r["unit_b"], r["n_b"]),
+                         (f"{esc(dv.fmt_value(d, None, r['unit_a']))} <small>(no normal interval: both shares at 0 or "
+                          "all of their items)</small>" if r["unit_a"] == "%" and se == 0 else vcell(d, se, r["unit_a"]) + (
                              " <small>(no interval: no standard error)</small>" if se_mean is None else
                              f" <small>(95 % CI {esc(dv.fmt_value(d - Z95 * se_mean, None, None))}"
-                             f"…{esc(dv.fmt_value(d + Z95 * se_mean, None, None))})</small>")])
+                             f"…{esc(dv.fmt_value(d + Z95 * se_mean, None, None))})</small>"))])
         out.append(f"<details><summary>{len(rows)} figures measured on both cards (deltas)</summary>" + table(
             ["family", "rung", "KV", "benchmark", "metric", "n_ctx", esc(card), esc(other), f"Δ ({esc(other)} − {esc(card)})"],
             rows, f"table-deltas-{card}-{other}") + "</details>")

@@ -12,7 +12,7 @@ from .. import dataset_view as dv
 from .. import status as qstatus
 from ..errors import ConfigError
 from .figures import Figures, curve_figure, plotted_metrics
-from .markup import badge, constant_line, esc, fmt_delta, isnan, table, varies, vcell, verdict_badge
+from .markup import badge, constant_line, esc, fmt_delta, isnan, rcell, table, varies, verdict_badge
 from .pending import NOT_YET, Pending, mark, unmeasured_points, unmeasured_rungs
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def points_table(df: pd.DataFrame, family: str, pending: Pending | None = None) 
             cells.append(badge(st) if st else mark(pending, family, p["rung"], p["kv"], b))
             for m in heads[b]:
                 r = dv.pick_ctx(dv.whole(dv.figures(bg[bg["metric"] == m])), None)
-                cells.append("—" if r is None else vcell(r["value"], r["stderr"], r["unit"])
+                cells.append("—" if r is None else rcell(r)
                              + ("" if isnan(r["n_ctx"]) else f" <small>@{int(r['n_ctx'])}</small>"))
         rows.append(cells)
         classes.append("")
@@ -64,7 +64,7 @@ def values_table(df: pd.DataFrame, family: str, benchmark: str) -> str:
     g = g.sort_values(["metric", "subset", "n_ctx", "bits_per_weight", "kv"], ascending=[True, True, True, False, True],
                       na_position="first")
     rows = [[esc(r["rung"]), esc(r["kv"]), esc(r["metric"]), esc(r["subset"] or "—"),
-             "—" if isnan(r["n_ctx"]) else str(int(r["n_ctx"])), vcell(r["value"], r["stderr"], r["unit"]),
+             "—" if isnan(r["n_ctx"]) else str(int(r["n_ctx"])), rcell(r),
              "—" if isnan(r["n"]) else str(int(r["n"])),
              ("—" if isnan(r["delta"]) else esc(fmt_delta(r["delta"], r["delta_ci_low"], r["delta_ci_high"], r["unit"]))
               + " " + verdict_badge(r["verdict"], r["verdict_text"])),

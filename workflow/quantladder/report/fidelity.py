@@ -8,7 +8,7 @@ import pandas as pd
 from .. import dataset_view as dv
 from .. import metrics as qmetrics
 from .. import status as qstatus
-from .markup import badge, esc, table, vcell
+from .markup import badge, esc, rcell, table
 
 # (metric, subset, heading): the fidelity figures, then the exam's own comparison beside them
 COLUMNS = (
@@ -40,7 +40,7 @@ def fidelity_section(df: pd.DataFrame, card: str) -> str:
         for m, subset, _ in COLUMNS:
             r = p[(p["metric"] == m) & (p["subset"].isna() if subset is None else p["subset"] == subset)]
             cells.append("—" if r.empty or pd.isna(r["value"].iloc[0])
-                         else vcell(r["value"].iloc[0], r["stderr"].iloc[0], r["unit"].iloc[0]))
+                         else rcell(r.iloc[0]))
         st = qstatus.worst(p["status"])
         cells.append(badge(st))
         rows.append(cells)

@@ -16,6 +16,15 @@ scale is ranked on its own, by the lower end of its 95 % interval — the loss t
 least — larger first; a lower end at or below zero means no loss is guaranteed. The first place is
 named only where it is separable: when another entry's interval reaches above the first's lower end,
 the report says which entries the first is not separable from.
+
+A "first" or "separable" claim needs an interval whose independent unit is what the claim is about.
+An exam's paired interval has the item as its unit (the rung's and the reference's verdicts on each
+item), so its claim is made, and worded as what it is about: these items. A corpus's KLD interval in
+the dataset is llama-perplexity's ±, which treats every token as independent; the tokens of one chunk
+(and the chunks of one text) are not, so on a corpus of two chunks of one document that interval says
+nothing about which *text* loses most, let alone which language. No corpus entry is therefore named
+first or separable (CLUSTERED: only item intervals qualify); the corpora are listed by their mean
+KLD on these texts, with their per-token intervals, as a hint.
 """
 
 from __future__ import annotations
@@ -32,6 +41,9 @@ from .markup import badge, esc, isnan, table, verdict_badge
 
 KLD_DOMAIN = "KLD"  # a perplexity corpus's entry: "KLD · <corpus>"
 LOSS_VERDICTS = ("loss", "loss within noise")  # the paired verdicts (Holm-corrected) that show a loss
+# The paired kinds whose interval is clustered on the unit a "first"/"separable" claim is about (the
+# metric registry's ``paired``): items. A per-token interval ("tokens") is not: see the module's docstring.
+CLUSTERED = ("items",)
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,7 @@ class Entry:
     verdict: str | None
     verdict_text: str | None
     status: str
+    paired: str | None = None  # the metric registry's paired kind of its figure: items | tokens
 
 
 def domain_of(benchmark: str) -> str:
@@ -59,7 +72,7 @@ def _entry(domain: str, benchmark: str, label: str, r: pd.Series) -> Entry:
     verdict = None if isnan(r["verdict"]) else r["verdict"]
     return Entry(domain, benchmark, label, "points" if r["unit"] == "%" else str(r["unit"]), sign * float(r["delta"]),
                  lo, hi, verdict, None if isnan(r["verdict_text"]) else r["verdict_text"],
-                 r["status"] if isinstance(r["status"], str) else "ok")
+                 r["status"] if isinstance(r["status"], str) else "ok", qmetrics.get(r["metric"]).paired)
 
 
 def entries(fam: pd.DataFrame) -> dict[tuple[str, str], tuple[list[Entry], list[Entry], list[tuple[str, str]]]]:
@@ -96,20 +109,34 @@ def ranked(es: list[Entry]) -> list[Entry]:
     return sorted(es, key=lambda e: (-e.lo, -e.loss, e.domain, e.label))
 
 
+def clustered(e: Entry) -> bool:
+    """Whether the entry's interval has the unit its claim is about (CLUSTERED): an exam's items, not a
+    corpus's tokens."""
+    return e.paired in CLUSTERED
+
+
 def first_line(es: list[Entry], what: str) -> str:
-    """Which entry loses first, and how surely: named only where no other interval reaches its lower end."""
+    """Which entry loses first, and how surely: named only where its interval is clustered on the unit
+    the claim is about (an exam's items) and no other interval reaches its lower end; worded as what it
+    is about (these items, these texts)."""
     if not es:
         return ""
     top = es[0]
+    if not all(clustered(e) for e in es):
+        return (f"largest mean KLD on these texts: <b>{esc(top.domain)}</b>; not ranked against the other "
+                f"{what} entries: their intervals treat tokens as independent (no per-chunk "
+                "interval in the dataset), which says nothing about which text, or language, loses most"
+                if len(es) > 1 else
+                f"mean KLD on these texts only: <b>{esc(top.domain)}</b>, the only {what} compared")
     if top.lo <= 0 or top.verdict not in LOSS_VERDICTS:
-        return f"no {what} shows a loss (no interval above 0 with a loss verdict)"
+        return f"no {what} shows a loss on these items (no interval above 0 with a loss verdict)"
     noise = ", its flip rate within the noise floor" if top.verdict == "loss within noise" else ""
-    head = f"first: <b>{esc(top.domain)}</b> (at least {_num(top.lo, top.unit)} {esc(top.unit)}{noise})"
+    head = f"first on these items: <b>{esc(top.domain)}</b> (at least {_num(top.lo, top.unit)} {esc(top.unit)}{noise})"
     if len(es) == 1:
         return f"{head}, the only {what} compared"
     close = [e for e in es[1:] if e.hi >= top.lo]
     if not close:
-        return f"{head}, separable from every other {what}"
+        return f"{head}, separable from every other {what} on these items"
     return f"{head}; its interval overlaps {', '.join(_name(e, es) for e in close)}: which loses most is not determined"
 
 

@@ -9,6 +9,7 @@ import math
 import pandas as pd
 
 from .. import dataset_view as dv
+from ..stats.share import share_interval
 
 BYTES_SCALE = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 VERDICT_CLASS = {"loss": "v-loss", "gain": "v-gain", "no loss detectable": "v-none", "loss within noise": "v-noise",
@@ -66,8 +67,62 @@ def table(headers: list[str], rows: list[list[str]], table_id: str, row_classes:
     return "".join(out)
 
 
-def vcell(value, stderr, unit) -> str:
-    return esc(dv.fmt_value(None if isnan(value) else value, None if isnan(stderr) else stderr, unit))
+def _pct(x: float, width: float) -> str:
+    """An end of a share's interval, in %: as many decimals as the interval's width needs (2 significant
+    digits of it), no trailing ".0" at 0 and 100."""
+    if x <= 0 or x >= 100:
+        return f"{x:.0f}"
+    d = 0 if width >= 10 else 1 if width >= 1 else min(4, 1 - math.floor(math.log10(width)))
+    text = f"{x:.{d}f}"
+    if float(text) in (0.0, 100.0):  # an end near 0 or 100 that is not 0 or 100: its own 2 significant digits
+        text = f"{x:.2g}" if x < 50 else f"{100 - float(f'{100 - x:.2g}'):.{1 - math.floor(math.log10(100 - x))}f}"
+    return text
+
+
+def share_count(value, n) -> tuple[int, int] | None:
+    """(k, n) of a share in % of n items, when value·n/100 is a count (a plain share); None otherwise
+    (a weighted mean of items, a share of a sample of unknown size)."""
+    if isnan(value) or isnan(n) or not n or n <= 0:
+        return None
+    k = float(value) * float(n) / 100
+    if abs(k - round(k)) > 1e-6 * max(1.0, float(n)) or not 0 <= round(k) <= n:
+        return None
+    return int(round(k)), int(n)
+
+
+def share_text(value, n, level: float = 0.95, counts: bool = False) -> str:
+    """A share with its exact interval: '0 %, 95 % 0–31 %' for 0 of 10 (Clopper–Pearson, stats.share),
+    never "± 0"; ``counts``: '0 of 10 (0 %, 95 % 0–31 %)'. A share whose count is not known (a weighted
+    mean) says that its spread is not measured instead."""
+    kn = share_count(value, n)
+    if kn is None:
+        return f"{dv.fmt_value(float(value))} % (no spread measured)"
+    k, n = kn
+    lo, hi = (100 * x for x in share_interval(k, n, level))
+    w = hi - lo
+    v = "0" if k == 0 else "100" if k == n else _pct(100 * k / n, w)
+    text = f"{v} %, {100 * level:g} % {_pct(lo, w)}–{_pct(hi, w)} %"
+    return f"{k} of {n} ({text})" if counts else text
+
+
+def is_share(unit, stderr) -> bool:
+    """A % whose standard error is 0: a share of 0 or all of its items (its ± would read "± 0")."""
+    return unit == "%" and not isnan(stderr) and float(stderr) == 0.0
+
+
+def vcell(value, stderr, unit, n=None, show_unit: bool = True) -> str:
+    """A figure ± its standard error with its unit; a share whose ± would be 0 (0 or all of its n items)
+    with its exact interval instead (share_text). ``show_unit``: False where a header says it."""
+    if not isnan(value) and is_share(unit, stderr):
+        text = share_text(value, n)
+        return esc(text if show_unit else text.replace(" %", "", 1))
+    return esc(dv.fmt_value(None if isnan(value) else value, None if isnan(stderr) else stderr,
+                            unit if show_unit or unit == "bytes" else None))
+
+
+def rcell(r, show_unit: bool = True) -> str:
+    """vcell of a dataset row (its value, stderr, unit and n)."""
+    return vcell(r["value"], r["stderr"], r["unit"], r.get("n"), show_unit)
 
 
 def tol(values) -> float:
@@ -91,8 +146,9 @@ def constant_line(rows: pd.DataFrame, label: str, tail: str = "") -> str:
         r = g.iloc[0]
         where = [f"KV {kv}"] + ([str(subset)] if not isnan(subset) else []) + (
             [f"n_ctx {int(nctx)}"] if not isnan(nctx) else [])
-        by_value.setdefault(dv.fmt_value(r["value"], None if isnan(r["stderr"]) else r["stderr"], r["unit"]),
-                            []).append(" · ".join(where))
+        shown = (share_text(r["value"], r.get("n")) if is_share(r["unit"], r["stderr"]) else
+                 dv.fmt_value(r["value"], None if isnan(r["stderr"]) else r["stderr"], r["unit"]))
+        by_value.setdefault(shown, []).append(" · ".join(where))
     longest = max(len(g) for _, g in rows.groupby(["kv", "subset", "n_ctx"], dropna=False))
     parts = [f"{esc(v)} <small>({esc(', '.join(w))})</small>" for v, w in by_value.items()]
     what = ("is the same at every rung" if longest > 1 else

@@ -120,8 +120,8 @@ def _pareto_figure(F, j, card, bench, metric, qwhere, ckey, ctitle, cmetric, cwh
     rows = []
     for i in front:
         r = j.iloc[i]
-        rows.append([esc(r["family"]), esc(r["rung"]), esc(r["kv"]), vcell(r["value_q"], r["stderr_q"], qunit),
-                     vcell(r["value_c"], r["stderr_c"], cunit), badge(r["status_q"])])
+        rows.append([esc(r["family"]), esc(r["rung"]), esc(r["kv"]), vcell(r["value_q"], r["stderr_q"], qunit, r.get("n_q")),
+                     vcell(r["value_c"], r["stderr_c"], cunit, r.get("n_c")), badge(r["status_q"])])
     tid = f"pareto-{bench}-{metric}-{ckey}"
     tbl = table(["family", "rung", "KV", f"{esc(metric)}", f"{esc(cmetric)}", "status"], rows, tid)
     return (f'<figure class="plot" data-kind="pareto" data-benchmark="{esc(bench)}" data-metric="{esc(metric)}" '

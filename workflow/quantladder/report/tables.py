@@ -8,7 +8,7 @@ import pandas as pd
 from .. import dataset_view as dv
 from .. import metrics as qmetrics
 from .. import status as qstatus
-from .markup import badge, esc, isnan, short, table, vcell
+from .markup import badge, esc, isnan, rcell, share_text, short, table
 
 
 def status_section(df: pd.DataFrame) -> str:
@@ -37,15 +37,16 @@ def degenerate_section(df: pd.DataFrame, card: str) -> str:
     for _, r in g.iterrows():
         of = "" if isnan(r["n"]) else f" of {int(r['n'])}"
         rows.append([esc(r["family"]), esc(r["rung"]), esc(r["kv"]), esc(r["benchmark"]), esc(r["metric"]),
-                     esc(r["subset"] or "—"), vcell(r["value"], r["stderr"], r["unit"]) + esc(of), badge(r["status"])])
+                     esc(r["subset"] or "—"), rcell(r) + esc(of), badge(r["status"])])
         classes.append(("loops " if r["value"] > 0 else "") + f"st-row-{r['status']}")
     return table(["family", "rung", "KV", "benchmark", "metric", "subset", "loops", "status"], rows,
                  f"table-degenerate-{card}", classes)
 
 
 def batch_invariance(df: pd.DataFrame) -> tuple[bool, int, int, int] | None:
-    """The card's batch invariance, measured: (every noise-floor pair identical, replies identical,
-    replies compared, pairs) pooled over the card's ``batch_invariant`` rows; None without a noise floor."""
+    """The noise-floor pairs of ``df`` pooled: (every pair's replies identical, replies identical, replies
+    compared, pairs); None without a noise floor. Pairs are the reference rungs' (the noise series), so
+    this says nothing about another rung: batch_invariance_words states it per rung."""
     g = dv.whole(df[(df["metric"] == "batch_invariant") & df["value"].notna()])
     if g.empty:
         return None
@@ -55,15 +56,48 @@ def batch_invariance(df: pd.DataFrame) -> tuple[bool, int, int, int] | None:
     return bool((g["value"] == 1).all()), same, n, len(g)
 
 
+def batch_invariance_words(fam: pd.DataFrame) -> str:
+    """Whether a rung's replies are batch-invariant, stated per rung from that rung's own replies
+    generated at two batch settings (its noise series); a rung without them is "not measured for this
+    rung": the reference's identical replies say nothing about another rung's kernels."""
+    rows = dv.whole(fam[fam["metric"].isin(["batch_invariant", "noise_identical_share"]) & fam["value"].notna()])
+    pts = dv.point_table(fam)
+    said, unmeasured = [], []
+    for _, p in pts.iterrows():
+        mine = rows[(rows["rung"] == p["rung"]) & (rows["kv"] == p["kv"])]
+        share = mine[mine["metric"] == "noise_identical_share"]
+        name = esc(p["rung"]) + ("" if p["kv"] == "f16" else f" (KV {esc(p['kv'])})")
+        if share.empty:
+            unmeasured.append(name)
+            continue
+        k = int(round(sum(float(v) * float(n) / 100 for v, n in zip(share["value"], share["n"]))))
+        n = int(share["n"].sum())
+        every = k == n
+        said.append(f'{name}: <b data-batch-invariant="{"yes" if every else "no"}" data-rung="{esc(p["rung"])}">'
+                    f'{"every reply identical" if every else "replies differ"}</b> '
+                    f"({esc(share_text(100 * k / n, n, counts=True))}, over {len(share)} benchmark"
+                    f"{'s' if len(share) != 1 else ''})")
+    if not said:
+        return ""
+    return ("Replies at two batch settings, per rung from its own replies: " + "; ".join(said)
+            + ("" if not unmeasured else
+               f'; <span class="not-measured" data-batch-invariant="not measured">{", ".join(unmeasured)}: '
+               "not measured for this rung</span>") + ".")
+
+
 def batch_invariance_line(df: pd.DataFrame) -> str:
-    b = batch_invariance(df)
-    if b is None:
-        return ('<p class="note" id="batch-invariant">Batch-invariant: not measured on this card (no noise-floor '
+    """Batch invariance on this card, per family and rung from each rung's own replies at two batch settings."""
+    fams = [f for f in sorted(df["family"].dropna().unique())]
+    words = [(f, batch_invariance_words(df[df["family"] == f])) for f in fams]
+    words = [(f, w) for f, w in words if w]
+    if not words:
+        return ('<p class="note" id="batch-invariant">Batch invariance: not measured on this card (no noise-floor '
                 "series: <code>generation.noise_floor</code>).</p>")
-    yes, same, n, pairs = b
-    return (f'<p class="how" id="batch-invariant">Batch-invariant on this card: <b>{"yes" if yes else "no"}</b> '
-            f"({same} of {n} replies byte-identical between the reference rung's two batch settings, over {pairs} "
-            "noise-floor pairs)" + ("" if yes else "; every rung's flips carry the noise floor below") + ".</p>")
+    return ('<p class="how" id="batch-invariant">Batch invariance (replies byte-identical between two batch settings), '
+            "stated per rung from that rung's own replies; a rung without a second run at another batch setting is "
+            "not measured, whatever the reference's replies did: "
+            + " ".join(f"<b>{esc(f)}</b>: {w}" for f, w in words)
+            + " Every rung's flips carry the noise floor below.</p>")
 
 
 def flips_section(df: pd.DataFrame, card: str) -> str:
@@ -79,7 +113,7 @@ def flips_section(df: pd.DataFrame, card: str) -> str:
 
     def cell(rows, m):
         r = rows[rows["metric"] == m]
-        return "—" if r.empty else vcell(r["value"].iloc[0], r["stderr"].iloc[0], r["unit"].iloc[0])
+        return "—" if r.empty else rcell(r.iloc[0])
 
     rows, classes = [], []
     g = g.sort_values(["family", "benchmark", "bits_per_weight", "kv"], ascending=[True, True, False, True])
