@@ -109,7 +109,8 @@ def find_answers(card):
     """The walk's answer (rules/find.smk), which the report's first screen shows, when the config has
     a `find:` section."""
     f = config.get("find")
-    return [f"results/{card}/find/{f['family']}.json"] if f else []
+    # a config that switches the walk's family off (a hub config over the default) walks nothing
+    return [f"results/{card}/find/{f['family']}.json"] if f and f.get("family") in qconfig.families(config) else []
 
 
 def get_find_answers(wildcards):

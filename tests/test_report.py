@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from browser import Browser
+from scipy.stats import binomtest
 from quantladder import cli, report
 from quantladder import dataset_view as dv
 from quantladder.errors import DataError
@@ -37,12 +38,16 @@ def page(html_path):
         b.open(html_path)
         log = b.console()
         first_screen = b.js("""const a = document.querySelector('section.answer');
-            const svg = document.querySelector('svg');
+            const rest = [...document.querySelectorAll('svg')].filter(s => !s.closest('figure.first-chart'));
             return [a.getBoundingClientRect().top, window.innerHeight,
-                    a.compareDocumentPosition(svg) & Node.DOCUMENT_POSITION_FOLLOWING,
+                    a.compareDocumentPosition(rest[0]) & Node.DOCUMENT_POSITION_FOLLOWING,
                     [...document.querySelectorAll('details.plots')].map(d => d.open),
-                    [...document.querySelectorAll('svg')].every(s => s.closest('details') && !s.closest('details').open),
-                    a.querySelector('tbody tr:nth-child(2)').getBoundingClientRect().bottom]""")
+                    rest.every(s => s.closest('details') && !s.closest('details').open),
+                    [...a.querySelectorAll('p.first-sentence')].map(p => [p.dataset.family, p.getBoundingClientRect().bottom,
+                                                                          p.innerText]),
+                    [...a.querySelectorAll('svg')].map(s => s.closest('figure').dataset.family),
+                    a.querySelector('p.first-sentence').compareDocumentPosition(a.querySelector('table'))
+                        & Node.DOCUMENT_POSITION_FOLLOWING]""")
         b.js("document.querySelectorAll('details').forEach(d => d.open = true)")
         b.first_screen = first_screen
         yield b, log
@@ -116,7 +121,8 @@ def test_figures_that_do_not_vary_collapse_to_one_line(page):
     assert "128.00 MiB (KV q8_0 · n_ctx 4096)" in kv
     # every ruler average is below RULER's threshold: an effective length of 0 everywhere
     assert lines["effective_length"].startswith("effective_length is the same at every rung: 0 tokens")
-    assert "pass_at_1" in lines and "0 ± 0 %" in lines["pass_at_1"]
+    # 0 of 10 tasks: its exact interval, not "0 ± 0 %" (Clopper–Pearson: 95 % upper bound 30.8 %)
+    assert "pass_at_1" in lines and "0 %, 95 % 0–31 %" in lines["pass_at_1"]
     small = b.js("""return Object.fromEntries([...document.querySelectorAll('#family-small li.constant')].map(
         li => [li.dataset.metric, li.textContent]))""")
     assert small["kld_mean"].startswith("kld_mean is measured at one rung per KV type and context only")
@@ -138,14 +144,19 @@ def test_overview_one_plot_per_metric_one_line_per_family_and_kv(page):
 
 
 def test_the_report_opens_with_the_answer(page):
-    """The first screen is the answer: no plot above it, the plot sections folded."""
+    """The first screen is the answer in words, one sentence per family, on screen without scrolling;
+    then each family's chart of loss against memory; then the tables; every other plot folded."""
     b, _ = page
-    top, height, svg_after, details_open, all_folded, second_row = b.first_screen
-    assert 0 <= top < height / 2 and second_row < height  # the reference and the first rung, without scrolling
-    assert svg_after  # every plot comes after the answer
+    top, height, svg_after, details_open, all_folded, sentences, charts, table_after = b.first_screen
+    assert 0 <= top < height / 2
+    assert [f for f, _, _ in sentences] == ["big", "small"] and all(bottom < height for _, bottom, _ in sentences)
+    for fam, _, text in sentences:
+        assert text.startswith(f"{fam}: run ") and " at 4,096 tokens" in text and "The rung below" in text
+    assert charts == ["big", "small"]  # the only plots on the answer screen
+    assert table_after  # the tables come after the words
+    assert svg_after  # every other plot comes after the answer
     assert details_open and not any(details_open)  # folded at load
-    assert all_folded  # every plot sits in a closed <details>
-    assert b.js("return document.querySelectorAll('section.answer svg').length") == 0
+    assert all_folded  # every other plot sits in a closed <details>
 
 
 def _cells(b, table_id):
@@ -194,13 +205,22 @@ def test_answer_collapses_a_constant_headline_and_states_the_noise_floor_and_the
     df = dv.load(fixture_dataset)
     mde = df[(df.card == "cpu-test") & (df.family == "big") & (df.benchmark == "bigcodebench_hard")
              & df.subset.isna() & (df.metric == "pass_at_1")]["delta_mde"].dropna()
-    assert const.startswith("bigcodebench_hard pass_at_1 is the same at every rung: 0 ± 0 %")
+    assert const.startswith("bigcodebench_hard pass_at_1 is the same at every rung: 0 %, 95 % 0–31 %")
     assert "no rung's loss is detectable (n = 10;" in const and f"{mde.min():.1f} points" in const
     heads = b.js("return [...document.querySelectorAll('#table-answer-big th')].map(c => c.textContent)")
     assert not any("bigcodebench" in h for h in heads)  # a line, not a column
     noise = next(x for x in lines if x.startswith("Noise floor"))
-    assert "bfcl 0.100 ± 0.100 % verdicts flipped, 99.80 ± 0.14 % replies identical (n = 1000)" in noise
-    assert "ruler 6.0 ± 1.2 % verdicts flipped (n = 400)" in noise
+    # each share as k of n with its exact 95 % interval (scipy's Clopper–Pearson, by hand below)
+    assert ("bfcl 1 of 1000 (0.10 %, 95 % 0.0025–0.56 %) verdicts flipped, "
+            "998 of 1000 (99.80 %, 95 % 99.28–99.98 %) replies identical") in noise
+    assert "ruler 24 of 400 (6.0 %, 95 % 3.9–8.8 %) verdicts flipped" in noise
+    for k, n, lo, hi in ((1, 1000, 0.0025, 0.56), (998, 1000, 99.28, 99.98), (24, 400, 3.9, 8.8)):
+        ci = binomtest(k, n).proportion_ci(0.95, method="exact")
+        # the printed ends are the exact ones rounded (to 2 significant digits of the interval's width)
+        assert abs(100 * ci.low - lo) <= 0.05 * max(lo, 0.01) + 0.05 * (hi - lo) and abs(100 * ci.high - hi) <= 0.05 * (hi - lo)
+    # batch invariance per rung, from its own replies: only the reference has a second batch setting
+    assert "F16: replies differ (998 of 1000" in noise
+    assert "Q8_0, Q6_K, Q4_K_M, Q4_K_M (KV q8_0): not measured for this rung" in noise
     items = next(x for x in lines if x.startswith("Items to detect a 2-point loss"))
     res = plan.plan(df[df.card == "cpu-test"], detect=2.0)
     need = next(x for x in res["benchmarks"] if x["family"] == "big" and x["benchmark"] == "bfcl")

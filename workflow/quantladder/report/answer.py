@@ -15,9 +15,9 @@ from .. import plan as qplan
 from .. import recommend as rec
 from .. import status as qstatus
 from .family import base_model_note
-from .markup import badge, constant_line, esc, fmt_delta, isnan, table, tol, vcell, verdict_badge
+from .markup import badge, constant_line, esc, fmt_delta, isnan, rcell, share_text, table, tol, vcell, verdict_badge
 from .pending import Pending, answer_note, mark, unmeasured_points
-from .tables import batch_invariance
+from .tables import batch_invariance_words
 
 DETECT_POINTS = 2.0  # the loss the report's sample-size answer is for (quantladder plan --detect 2)
 BUDGETS_GIB = (0.5, 1, 2, 4, 8, 12, 16, 24, 48, 80, 141)  # common memory budgets the recommendation is shown for
@@ -83,7 +83,8 @@ def _is_constant_column(rows: pd.DataFrame) -> bool:
 
 def _noise_line(fam: pd.DataFrame) -> str:
     """The family's noise floors in one line: per benchmark, the reference generated again at another
-    batch setting against itself."""
+    batch setting against itself, each share as k of n with its exact interval (a 0 of 10 is not
+    "0 ± 0 %": its 95 % upper bound is 31 %); then batch invariance per rung, from its own replies."""
     parts, rung = [], None
     noise = dv.whole(dv.figures(fam[fam["metric"].isin(qmetrics.in_group("noise")) & fam["n_ctx"].isna()]))
     for b, g in noise.groupby("benchmark", sort=True):
@@ -93,17 +94,14 @@ def _noise_line(fam: pd.DataFrame) -> str:
             r = g[g["metric"] == m]
             if not r.empty:
                 r = r.iloc[0]
-                bits.append(f"{esc(vcell(r['value'], r['stderr'], r['unit']))} {what}")
-        n = g["n"].dropna()
-        parts.append(f'<span data-benchmark="{esc(b)}"><b>{esc(b)}</b> {", ".join(bits)}'
-                     + ("" if n.empty else f" (n = {int(n.max())})") + "</span>")
+                bits.append(f"{esc(share_text(r['value'], r['n'], counts=True))} {what}")
+        parts.append(f'<span data-benchmark="{esc(b)}"><b>{esc(b)}</b> {", ".join(bits)}</span>')
     if not parts:
         return ""
-    inv = batch_invariance(fam)
-    said = "" if inv is None else (f' Replies batch-invariant here: <b data-batch-invariant="{"yes" if inv[0] else "no"}">'
-                                   f'{"yes" if inv[0] else "no"}</b> ({inv[1]} of {inv[2]} identical).')
-    return (f'<li class="noise">Noise floor (the reference {esc(rung)} generated again at another batch setting): '
-            + "; ".join(parts) + f". A significant loss whose flip rate is not above it reads <i>loss within noise</i>.{said}</li>")
+    return (f'<li class="noise">Noise floor (the reference {esc(rung)} generated again at another batch setting; '
+            "exact 95 % intervals): " + "; ".join(parts)
+            + f". A significant loss whose flip rate is not above it reads <i>loss within noise</i>. "
+            + batch_invariance_words(fam) + "</li>")
 
 
 def _plan_line(res: dict | None, family: str) -> str:
@@ -172,7 +170,7 @@ def answer_family(fam: pd.DataFrame, family: str, plan_res: dict | None, d_card:
             r = r.iloc[0]
             worst = qstatus.worst([worst, r["status"]])
             # the unit is in the column's header (bytes keep theirs: KiB/MiB/GiB)
-            cell = f'<span class="v">{vcell(r["value"], r["stderr"], r["unit"] if r["unit"] == "bytes" else None)}</span>'
+            cell = f'<span class="v">{rcell(r, show_unit=False)}</span>'
             if r["status"] != "ok" and same_status.get(label) != r["status"]:
                 cell += " " + badge(r["status"])
             if not isnan(r["delta"]):
@@ -245,19 +243,20 @@ def recommendation_rows(d: pd.DataFrame, card: str) -> tuple[list[list[str]], li
         cites = "; ".join(f"{esc(k)}: {esc(fmt_delta(s['delta'], s['delta_ci_low'], s['delta_ci_high'], '%'))} "
                           f"{verdict_badge(s['verdict'], s['verdict_text'])}"
                           for k, s in b["scores"].items() if s.get("delta") is not None)
-        rows.append([esc(span), f"<b>{esc(b['name'])}</b>", esc(dv.fmt_value(b["score"], b["score_stderr"], "%")),
+        rows.append([esc(span), f"<b>{esc(b['name'])}</b>", vcell(b["score"], b["score_stderr"], "%"),
                      esc(dv.fmt_bytes(b["memory_bytes"])), (cites + ("<br>" if cites and why else "") + why) or "—"])
     return rows, notes
 
 
-def answer_section(d: pd.DataFrame, card: str, pending: Pending | None = None) -> str:
+def answer_section(d: pd.DataFrame, card: str, pending: Pending | None = None, note: bool = True) -> str:
     """The answer's families: per family and rung the headline figures, their paired deltas and verdicts,
-    the noise floor and the items a 2-point loss needs; on a partial run, said first."""
+    the noise floor and the items a 2-point loss needs; on a partial run, said first (``note``: False
+    where the page has said it above the first screen)."""
     try:
         plan_res = qplan.plan(d, detect=DETECT_POINTS, card=card)
     except qplan.PlanError:
         plan_res = None
-    out = [answer_note(pending, d["family"].dropna().unique(), card),
+    out = [answer_note(pending, d["family"].dropna().unique(), card) if note else "",
            '<p class="how">Per family and rung: each headline figure ± its standard error; Δ, the rung minus the '
            "family's reference on the same items (or tokens), with its 95 % interval; the verdict of the exact paired "
            "test (McNemar / sign-flip) after Holm's correction over the family's headline comparisons on this card "

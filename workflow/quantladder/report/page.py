@@ -15,10 +15,11 @@ from ..errors import DataError
 from ..io import atomic_path
 from . import answer, crosscard, family, fidelity, figures, longctx, losses, matrix_findings, pareto, tables
 from . import find as findview
+from . import first
 from .figures import Figures
 from .markup import badge, esc
 from .pending import CSS as PENDING_CSS
-from .pending import Pending, banner, pending_section
+from .pending import Pending, answer_note, banner, pending_section
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,8 @@ ul.constants,ul.noise,ul.plan{font-size:.8rem;margin:4px 0;padding-left:1.2em}
 .v-loss{background:#fde4e4;color:#a11}.v-gain{background:#e7f6e7;color:#1d6b1d}.v-none{background:#f1f1f1;color:#444}
 .v-noise{background:#fff4d6;color:#8a5a00}
 .answer ol{margin:0;padding-left:1.6em}.answer li.overlap{color:#444}
+p.first-sentence{font-size:.95rem;margin:6px 0 2px;max-width:75em}p.first-sentence small.how{display:block;color:#555}
+.first-charts{grid-template-columns:repeat(auto-fill,minmax(min(100%,420px),1fr))}figure.first-chart{margin:2px 0 10px}figure.first-chart figcaption{font-size:.72rem}
 table[id^=table-losses] td:nth-child(3){min-width:12em;max-width:24em}table[id^=table-losses] td:nth-child(4){min-width:26em}
 """
 
@@ -71,6 +74,13 @@ class View:
     d: pd.DataFrame | None = None
     pending: Pending | None = None
     finds: tuple = ()  # the walks' answers (quantladder.find), shown first on the answer screen
+
+
+def first_screens(v: View) -> str:
+    """Each family's answer in one sentence and its chart of loss against memory (report.first), before
+    every table."""
+    ctx = answer.answer_ctx(v.d)
+    return first.first_screens(v.F, v.d, v.card, ctx, v.finds)
 
 
 @dataclass(frozen=True)
@@ -103,7 +113,9 @@ LAYOUTS = {
 # The report's sections in the page's order: the contents and the headings both come from here.
 SECTIONS = (
     Section("answer", "the answer", "the answer", "screen",
-            lambda v: findview.find_section(v.finds, v.card) + answer.answer_section(v.d, v.card, v.pending), parts=(
+            lambda v: answer_note(v.pending, v.d["family"].dropna().unique(), v.card) + first_screens(v)
+            + findview.find_section(v.finds, v.card) + answer.answer_section(v.d, v.card, v.pending, note=False),
+            parts=(
                 Section("losesfirst", "where each rung loses first",
                         "Where each rung loses first <small>(paired loss per domain against the reference, "
                         "95 % intervals)</small>", "h3", lambda v: losses.losses_section(v.d)),
