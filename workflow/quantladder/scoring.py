@@ -61,9 +61,11 @@ def score(bench: Benchmark, items: list[Item], records: list[dict], gen_meta: di
         old = have.get((it.id, reply_sha(rec)))
         if old is not None:
             verdicts[it.id] = old
-        elif rec.get("finish_reason") == PROMPT_TOO_LONG and not rec.get("n_gen_tokens"):
-            verdicts[it.id] = _stamp({"item_id": it.id, "correct": False, "error_type": PROMPT_TOO_LONG,
-                                      "detail": "the prompt does not fit the context: not decoded"}, it, rec, key)
+        elif not_decoded(rec):
+            v = {"item_id": it.id, **bench.no_reply_verdict(it, ctx), "correct": False, "error_type": PROMPT_TOO_LONG,
+                 "detail": f"the prompt ({rec.get('n_prompt_tokens')} tokens) does not fit the context "
+                           f"({rec.get('n_ctx') or bench.n_ctx(it)} tokens): not decoded"}
+            verdicts[it.id] = _stamp(v, it, rec, key)
         else:
             pending.append(it)
     if len(verdicts) < len(todo):
@@ -86,7 +88,25 @@ def score(bench: Benchmark, items: list[Item], records: list[dict], gen_meta: di
     rows += common_rows(ordered, gen_meta, kv_info=kv_info, kv=kv)
     status, reason = completeness(len(items), ordered, gen_meta)
     facts = {"planned": len(items), "generated": len(records), "scored": len(ordered)}
+    too_long = [v["item_id"] for v in ordered if v.get("error_type") == PROMPT_TOO_LONG]
+    if too_long:  # counted in error_items; named here, where the report shows a point's reason
+        facts["prompt_too_long"] = too_long
+        reason = "; ".join(r for r in (reason, too_long_note(too_long)) if r)
     return Outcome(ordered, rows, status, reason, facts)
+
+
+def not_decoded(rec: dict) -> bool:
+    """The one prompt-overflow rule's record: the prompt did not fit, nothing was decoded (a
+    multi-turn item cut short by a later step has a reply, and its benchmark judges it)."""
+    return rec.get("finish_reason") == PROMPT_TOO_LONG and not rec.get("n_gen_tokens")
+
+
+def too_long_note(ids: list[str], shown: int = 10) -> str:
+    """"N items longer than their context (ids ...)": the first ``shown`` ids, then how many more."""
+    n = len(ids)
+    more = f", and {n - shown} more" if n > shown else ""
+    return (f"{n} item{'s' if n != 1 else ''} longer than {'their' if n != 1 else 'its'} context "
+            f"(ids {', '.join(map(str, ids[:shown]))}{more})")
 
 
 def write_verdicts(path: str | Path, verdicts: list[dict]) -> dict:

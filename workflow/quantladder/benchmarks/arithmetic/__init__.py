@@ -123,6 +123,9 @@ class Arithmetic(Benchmark):
                         "answer": it.answer["value"], "extracted": None if got is None else answers.exact(got)})
         return out
 
+    def no_reply_verdict(self, item, ctx):
+        return {"answer": item.answer["value"], "extracted": None}
+
     def metric_rows(self, verdicts, items):
         rows = []
         for subset in [None] + sorted({v["subset"] for v in verdicts if v.get("subset")}):

@@ -135,6 +135,9 @@ class BFCL(Benchmark):
         todo = [{**it.data, **it.answer} for it in items if it.id in generations]
         return score.verdicts(todo, list(generations.values()), executor=ctx.env.executor)
 
+    def no_reply_verdict(self, item, ctx):
+        return {"parse_failed": False}  # nothing to parse: failed as an item, not as a parse
+
     def metric_rows(self, verdicts, items):
         rows = score.metric_rows(verdicts, self.settings["categories"])
         head = headline(verdicts)

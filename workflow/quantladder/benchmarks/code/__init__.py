@@ -88,6 +88,9 @@ class _CodeSuite(Benchmark):
         gens = [{**generations[it.item_id], "item_id": it.item_id} for it in code_items]
         return score_generations(code_items, gens, settings, threads=ctx.threads)
 
+    def no_reply_verdict(self, item, ctx):
+        return {"task_id": item.data["task_id"]}  # no program to run: nothing reached the sandbox
+
     def metric_rows(self, verdicts, items):
         rows = _pass_rows(verdicts, None)
         for s in sorted({v["subset"] for v in verdicts if v.get("subset")}):

@@ -140,6 +140,12 @@ class _Instructions(Benchmark):
                         "instructions": results})
         return out
 
+    def no_reply_verdict(self, item, ctx):
+        # every instruction of the prompt not followed (no reply), so that each instruction's rate counts it
+        failed = [{"id": iid, "strict": False, "loose": False, "error": None}
+                  for iid in item.answer["instruction_id_list"]]
+        return {"loose": False, "instructions": failed}
+
     def metric_rows(self, verdicts, items):
         if not verdicts:
             return []

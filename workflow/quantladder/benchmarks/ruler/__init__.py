@@ -128,6 +128,9 @@ class Ruler(Benchmark):
                 if it.id in generations]
         return score.verdicts(todo, list(generations.values()))
 
+    def no_reply_verdict(self, item, ctx):
+        return {"score": 0.0}  # a score on every verdict: the paired comparison stays on scores
+
     def metric_rows(self, verdicts, items):
         rows, _ = score.aggregate(verdicts, threshold=self.settings["threshold"])
         return rows

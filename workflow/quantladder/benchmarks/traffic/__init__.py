@@ -118,13 +118,21 @@ class Traffic(Benchmark):
                         "n_gen_tokens": int(g.get("n_gen_tokens") or 0)})
         return out
 
+    def no_reply_verdict(self, item, ctx):
+        return {"n_gen_tokens": None}  # no reply: not clean, and no length to average
+
     def metric_rows(self, verdicts, items):
         rows = []
         for subset in [None, *sorted({v["subset"] for v in verdicts if v.get("subset")})]:
             vs = [v for v in verdicts if subset is None or v.get("subset") == subset]
-            if vs:
-                rows += [_mean("clean_reply", [100.0 * v["correct"] for v in vs], subset),
-                         _mean("reply_tokens", [float(v["n_gen_tokens"]) for v in vs], subset)]
+            if not vs:
+                continue
+            # a conversation longer than its context got no reply: not clean, and out of the mean length
+            rows.append(_mean("clean_reply", [100.0 * v["correct"] for v in vs], subset))
+            lengths = [float(v["n_gen_tokens"]) for v in vs if v.get("n_gen_tokens") is not None]
+            rows.append(_mean("reply_tokens", lengths, subset) if lengths else metrics.row(
+                "reply_tokens", None, subset=subset, status="absent",
+                status_reason=f"none of the {len(vs)} conversations got a reply (each longer than its context)"))
         return rows
 
 
