@@ -153,6 +153,23 @@ def test_first_divergence_length_and_loop_change():
     assert rows["degenerate_change"]["value"] == pytest.approx(100 / 3)
 
 
+def test_a_conversation_longer_than_its_context_is_left_out_of_fidelity_with_its_reason():
+    """Never decoded (prompt_too_long): no reply to compare and no context its logged turn was made for;
+    the pass and the comparison leave it out, and say which and why (a 3,413-token paste crashed the run)."""
+    long = {"item_id": "paste", "prompt_ids": list(range(1, 3414)), "reply_ids": [], "logged_ids": [5, 6, 7],
+            "n_gen_tokens": 0, "finish_reason": "prompt_too_long", "degenerate": False}
+    ok = {"item_id": "a", "prompt_ids": [1, 2], "reply_ids": [3, 4], "logged_ids": [5], "n_gen_tokens": 2,
+          "finish_reason": "stop", "degenerate": False}
+    who, toks, firsts = F.sequences([long, ok])
+    assert who == [{"item_id": "a", "kind": "reference_replies"}, {"item_id": "a", "kind": "logged_replies"}]
+    assert F.left_out([long, ok]) == {"items": ["paste"], "reason": F.NOT_DECODED_REASON}
+    assert F.left_out([ok]) is None
+    rung = [{**ok, "reply_ids": [3, 9], "n_gen_tokens": 3}, long]
+    rows = {r["metric"]: r for r in F.reply_rows([long, ok], rung)}
+    assert rows["reply_length_change"]["n"] == 1 and rows["reply_length_change"]["value"] == 1.0
+    assert rows["degenerate_change"]["n"] == 1
+
+
 # -- teacher forcing is the perplexity pass ------------------------------------------------------
 PROTO = P.Protocol(n_ctx=256, n_batch=512, max_chunks=4)
 

@@ -61,15 +61,32 @@ metrics.declare(
 
 
 # -- the sequences -------------------------------------------------------------------------------
+# The generation loop's record of a prompt longer than its context: nothing decoded (engine.Generation).
+NOT_DECODED = "prompt_too_long"
+NOT_DECODED_REASON = ("longer than its context: never decoded, so neither its reply nor its logged turn is "
+                      "teacher-forced (a context the replies were not made at)")
+
+
+def not_decoded(rec: dict) -> bool:
+    return rec.get("finish_reason") == NOT_DECODED and not rec.get("n_gen_tokens")
+
+
+def left_out(records: list[dict]) -> dict | None:
+    """The items the teacher-forced pass and the reply comparison leave out, and why (None: none)."""
+    ids = [str(r["item_id"]) for r in records if not_decoded(r)]
+    return {"items": ids, "reason": NOT_DECODED_REASON} if ids else None
+
+
 def sequences(records: list[dict]) -> tuple[list[dict], list[list[int]], list[int]]:
     """The teacher-forced sequences of a reference point's generation records: per item, prompt +
     its reply, and prompt + the logged reply where there is one. Returns (who: {item_id, kind}),
     the token lists, and each one's first scored position. Items without token ids (records written
-    before they were kept) or with an empty reply have nothing to score and are left out."""
+    before they were kept) or with an empty reply have nothing to score and are left out, as are
+    items longer than their context (``left_out``)."""
     who, toks, firsts = [], [], []
     for r in records:
         prompt = r.get("prompt_ids")
-        if not prompt:
+        if not prompt or not_decoded(r):
             continue
         for kind, ids in (("reference_replies", r.get("reply_ids")), ("logged_replies", r.get("logged_ids"))):
             if ids:
@@ -160,7 +177,9 @@ def reply_rows(reference: list[dict], rung: list[dict]) -> list[dict]:
     """First divergence, length change and loop change against the reference on their common items.
     (Identical replies and verdict flips are the aggregate's, as for every exam.)"""
     ref = {str(r["item_id"]): r for r in reference}
-    common = [(ref[str(r["item_id"])], r) for r in rung if str(r["item_id"]) in ref]
+    # an item longer than its context has no reply on either side: nothing to compare (left_out)
+    common = [(ref[str(r["item_id"])], r) for r in rung
+              if str(r["item_id"]) in ref and not not_decoded(r) and not not_decoded(ref[str(r["item_id"])])]
     rows = []
     div = []
     for a, b in common:
@@ -191,13 +210,17 @@ def reference_job(cfg: dict, card: str, *, gguf: str, info: str, generations: st
                                     n_gpu_layers=cfg.get("gpu_layers", 0), flash_attn=cfg.get("flash_attn"),
                                     write_reference=logits_out if records else None,
                                     ref_header={"model_sha256": ref["sha256"], "kv": "f16"}, deadline=deadline)
+    skipped = left_out(records)
+    reason = None
     if not who:  # nothing to score (no replies, or records without token ids): said in the info file
         Path(logits_out).write_bytes(b"")
+        every = bool(records) and skipped is not None and len(skipped["items"]) == len(records)
+        reason = ("every item is " + NOT_DECODED_REASON if every
+                  else "no reply of the reference rung carries its token ids")
     write_json(info_out, {"model_sha256": ref["sha256"], "generations_sha256": sha256_file(generations),
                           "who": who, "n_sequences": len(who),
                           "n_rows": int(out["layout"].n_rows) if who else 0, "seconds": out.get("seconds"),
-                          "engine": engine, "spec": spec,
-                          "reason": None if who else "no reply of the reference rung carries its token ids"})
+                          "engine": engine, "spec": spec, "left_out": skipped, "reason": reason})
 
 
 def point_job(pt, *, reference_logits: str, reference_info: str, reference_generations: str, generations: str,
@@ -225,4 +248,4 @@ def point_job(pt, *, reference_logits: str, reference_info: str, reference_gener
     data = {"name": f"{pt.benchmark} replies", "sha256": info["generations_sha256"],
             "reference_logits": {k: info[k] for k in ("model_sha256", "n_sequences", "n_rows", "spec")},
             "generations_sha256": sha256_file(generations)}
-    pt.write_metrics(metrics_out, rows, data=data, engine=engine)
+    pt.write_metrics(metrics_out, rows, data=data, engine=engine, extra={"left_out": left_out(ref_records)})
