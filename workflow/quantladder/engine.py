@@ -59,6 +59,27 @@ from .kv_policy import MAX_UBATCH, batch_sizes, check_batch_invariant, check_seq
 from .llama_handle import LlamaHandle, library_info  # noqa: F401  (library_info: points and the tests read it here)
 
 
+def usable_cores() -> int:
+    """The CPUs this process may really use: its affinity (a Slurm allocation, taskset), cut to its
+    cgroup's CPU quota where one is set (a container or a systemd slice given 1.5 CPUs gets 1): more
+    threads than that are descheduled in turn, and ggml's threads wait for each other."""
+    n = len(os.sched_getaffinity(0))
+    for path, parse in (("/sys/fs/cgroup/cpu.max", lambda t: t.split()),
+                        ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", None)):
+        try:
+            text = open(path).read().strip()
+            if parse:
+                quota, period = parse(text)
+            else:
+                quota, period = text, open("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read().strip()
+            if quota not in ("max", "-1") and int(period) > 0:
+                n = min(n, max(1, int(quota) // int(period)))
+            break
+        except (OSError, ValueError):
+            continue
+    return n
+
+
 @dataclass
 class EngineSettings:
     n_ctx: int = 4096  # per sequence: what one prompt + its reply may use
@@ -82,8 +103,9 @@ class EngineSettings:
         k, v = parse_kv(self.kv)
         fa = flash_attn_for(self.kv, self.flash_attn)
         check_sequences(self.n_parallel, self.n_ctx)
-        threads = self.n_threads or len(os.sched_getaffinity(0))
-        out = {**asdict(self), "type_k": k, "type_v": v, "flash_attn": fa, "n_threads": threads}
+        threads = self.n_threads or usable_cores()
+        out = {**asdict(self), "type_k": k, "type_v": v, "flash_attn": fa, "n_threads": threads,
+               "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
         if self.batch_invariant:
             check_batch_invariant(self.n_parallel, fa, self.n_gpu_layers, self.kv)
             out["extra_bufts"] = False  # repacked weights take a step's rows in fours (GEMM) and the rest alone (GEMV)
