@@ -22,7 +22,7 @@ from ..base import Benchmark, Item
 from . import answers, generate
 
 ARITHMETIC_VERSION = "arithmetic-1"  # the prompt and how an item is made: bump when they change (regenerates)
-SCORER_VERSION = "arithmetic-score-1"  # how a reply is read: bump when a verdict changes (re-scores)
+SCORER_VERSION = "arithmetic-score-2"  # how a reply is read: bump when a verdict changes (re-scores; 2: tasks.reading)
 GSM8K_SUBSET = "gsm8k"
 
 # Zero-shot, through the model's own chat template, in one of two styles (an item setting: the prompt is

@@ -6,11 +6,16 @@
   with the same marker).
 - A reply's answer is its last number (lm-evaluation-harness's ``flexible-extract`` filter of the
   ``gsm8k`` task takes the last match of a number pattern; its exact-match metric then ignores
-  commas, ``$`` and a trailing period, which this reading never includes).
+  commas, ``$`` and a trailing period, which this reading never includes), read as the ``numeric``
+  check of a task file reads it (quantladder.benchmarks.tasks.reading): a date is no number, a
+  range (``10-12``) is not one number (no answer), ``−7`` with the Unicode minus is −7, and a lone
+  comma before other than three digits is a decimal comma (``2,5`` is 2.5). lm-evaluation-harness's
+  pattern reads ``10-12`` as −12 and ``2025-03-15`` as −15.
 
 Both are compared as exact rationals (``fractions.Fraction``), so ``18``, ``18.0`` and ``1,800``
 against ``1800`` read as the numbers they are; lm-evaluation-harness compares the strings, where
-``18.00`` would miss ``18``. That is the one deviation, and it only credits a reply that is right.
+``18.00`` would miss ``18``. That and the reading of ranges, dates and signs above are the
+deviations; they credit a reply that is right or refuse one that gives no single number.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import re
 from fractions import Fraction
 
 from ...errors import DataError
-from ..tasks.checks import NUMBER  # the project's one pattern of a number as people write it
+from ..tasks import reading  # the project's one reader of a number as people write it
 
 _MARKER = re.compile(r"####\s*(-?[0-9.,]+)")
 
@@ -42,9 +47,9 @@ def reference_answer(solution: str, where: str) -> Fraction:
 
 
 def reply_answer(reply: str) -> Fraction | None:
-    """The last number in a reply, or None when it has none."""
-    nums = NUMBER.findall(reply)
-    return parse_number(nums[-1]) if nums else None
+    """The last number in a reply, or None when it has none (or it is a range: not one number)."""
+    num = reading.last_number(reply)
+    return None if num is None else num.value
 
 
 def exact(value: Fraction) -> str:

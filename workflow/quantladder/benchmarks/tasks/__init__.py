@@ -27,7 +27,7 @@ from . import checks as C
 from . import taskfile
 
 TASKS_VERSION = "tasks-1"  # how an item becomes a prompt: bump when that changes (regenerates)
-SCORER_VERSION = "tasks-score-1"  # how checks decide: bump when a verdict changes (re-scores)
+SCORER_VERSION = "tasks-score-2"  # how checks decide: bump when a verdict changes (re-scores; 2: reading.py)
 
 metrics.declare(
     Metric("all_checks_pass", "%", "share of your task items whose every check passes (subset: the items' "

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ...errors import DataError
 from ...io import hash_obj
+from . import reading
 
 KINDS = ("exact", "contains", "not_contains", "regex", "numeric", "choice", "json", "python")
 NORMALIZE = ("case", "whitespace", "punctuation", "nfkc")
@@ -27,14 +28,12 @@ _OPTIONS = {  # kind -> (required, optional) keys besides `kind`
     "contains": ({"value"}, {"normalize"}),
     "not_contains": ({"value"}, {"normalize"}),
     "regex": ({"pattern"}, {"mode", "flags"}),
-    "numeric": ({"value"}, {"abs_tol", "rel_tol", "pattern", "group"}),
+    "numeric": ({"value"}, {"abs_tol", "rel_tol", "pattern", "group", "decimal"}),
     "choice": ({"answer"}, set()),
     "json": (set(), {"fields", "schema"}),
     "python": (set(), {"code", "file", "function"}),
 }
 _FLAGS = {"i": re.I, "m": re.M, "s": re.S, "x": re.X}
-# A number as people write it: sign, thousands commas, decimals, exponent (1,234.5 -> 1234.5).
-NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+")
 
 
 @dataclass(frozen=True)
@@ -98,6 +97,9 @@ def parse(where: str, spec, item: dict, base_dir: Path) -> Check:
                 _bad(where, f"numeric.group: the pattern has no group {s['group']!r}")
         elif "group" in s:
             _bad(where, "numeric.group needs a `pattern`")
+        if s.get("decimal", "auto") not in reading.DECIMALS:
+            _bad(where, f"numeric.decimal: one of {', '.join(reading.DECIMALS)} (the decimal mark of the replies' "
+                        f"language: comma for 6,2), got {s['decimal']!r}")
     elif kind == "choice":
         options = item.get("options")
         if not options:
@@ -186,11 +188,14 @@ def run(check: Check, reply: str, options: tuple[str, ...] | None) -> tuple[bool
         m = (check.compiled.fullmatch(reply.strip()) if s["mode"] == "fullmatch" else check.compiled.search(reply))
         return m is not None, "" if m else f"no {s['mode']} of {s['pattern'][:80]!r}"
     if k == "numeric":
-        x = extract_number(reply, check.compiled, s.get("group", 0))
-        if x is None:
-            return False, "no number in the reply"
+        num = extract_number(reply, check.compiled, s.get("group", 0), s.get("decimal", "auto"))
+        if num is None:
+            return False, "no number in the reply" if check.compiled is None else "no number where the pattern matches"
+        if num.value is None:
+            return False, f"read {num.why}, want {s['value']:g}"
+        x = float(num.value)
         ok = math.isclose(x, float(s["value"]), rel_tol=float(s["rel_tol"]), abs_tol=float(s["abs_tol"]))
-        return ok, f"read {x:g}, want {s['value']:g}"
+        return ok, f"read {x:g} ({num.text!r}), want {s['value']:g}"
     if k == "choice":
         got = read_choice(reply, options or ())
         want = s["answer"]
@@ -213,39 +218,55 @@ def run(check: Check, reply: str, options: tuple[str, ...] | None) -> tuple[bool
     raise ValueError(f"check kind {k!r} is not decided here")
 
 
-def extract_number(reply: str, pattern: re.Pattern | None, group=0) -> float | None:
-    """The last number in the reply, or the first match's ``group`` of ``pattern``."""
+def extract_number(reply: str, pattern: re.Pattern | None, group=0, decimal: str = "auto") -> reading.Number | None:
+    """The reply's last number, or the last number in the first match's ``group`` of ``pattern``, read as
+    a person reads it (quantladder.benchmarks.tasks.reading: ranges, dates, decimal commas, the Unicode
+    minus); None when there is none."""
     if pattern is not None:
         m = pattern.search(reply)
         if m is None or m.group(group) is None:
             return None
-        nums = NUMBER.findall(m.group(group))
-        text = nums[-1] if nums else None
-    else:
-        nums = NUMBER.findall(reply)
-        text = nums[-1] if nums else None
-    if text is None:
-        return None
-    try:
-        return float(text.replace(",", ""))
-    except ValueError:
-        return None
+        reply = m.group(group)
+    return reading.last_number(reply, decimal)
 
 
-# A letter alone, or closed by ")", ".", ":" or "]": "A train ..." is an article, not option A.
-_LEAD = re.compile(r"^\W{0,3}\(?([A-Z])(?:[).:\]]|\s*$)")
-_SAID = re.compile(r"\banswer(?:\s+is)?\s*[:\-]?\s*\(?([A-Z])\b(?![a-z])", re.I)
+# A choice label is a letter standing alone as a label, never a word's first letter or the article
+# "a" in running text ("The answer is a Kullback-Leibler divergence" chooses nothing by its letter).
+# An upper-case letter is a label where it stands alone (not followed by a letter, digit, hyphen or
+# apostrophe); a lower-case one only in brackets ("(b)") or closed by ")", ".", ":", "," or "]" or
+# the end of the text ("b)", "answer: b").
+_UPPER = r"([A-Z])(?![\w'\u2019-])"
+_LOWER = r"([a-z])(?=\s*$|[).:,\]])"
+_LABEL = rf"(?:\(([A-Za-z])\)|{_UPPER}|{_LOWER})"
+# A reply that opens with its label: "B", "(B)", "B. json", "B) json", "B: json", "**B**".
+_LEAD = re.compile(rf"^\W{{0,3}}(?:\(([A-Za-z])\)|([A-Z])(?:[).:\]]|\W{{0,3}}$)|([a-z])(?:[).\]]|\W{{0,3}}$))")
+# A label named as the answer: "answer: B", "the answer is (b)", "Answer - C", "The correct answer is B."
+_SAID = re.compile(rf"(?i:\banswer(?:\s+is)?)\s*[:\-]?\s*(?:\*\*)?{_LABEL}")
+# A label named as an option: "option B", "choice (c)"; it decides only when every mention names the
+# same one ("option A is wrong, option C is right" chooses nothing by its letters).
+_NAMED = re.compile(rf"(?i:\b(?:option|choice))\s+(?:\*\*)?{_LABEL}")
+
+
+def _label(m: re.Match | None) -> str | None:
+    """The label a match holds (whichever alternative matched), or None."""
+    if m is None:
+        return None
+    return next((g for g in m.groups() if g), None)
 
 
 def read_choice(reply: str, options) -> int | None:
-    """The option a reply chooses: a letter leading the reply ("B", "(B)", "B. ...", "B: ..."), else a letter
-    after "answer"/"answer is", else the one option whose text the reply contains (case-insensitive);
-    None when none of these, or several options' texts, appear."""
+    """The option a reply chooses: a label leading the reply ("B", "(B)", "B. ...", "B: ..."), else the
+    label after the first "answer"/"answer is" ("the answer is B", "answer: (b)"), else the one label
+    every "option X"/"choice X" names, else the one option whose text the reply contains
+    (case-insensitive); None when none of these, or several options' texts, appear. A letter is a
+    label only where it stands alone (``_UPPER``/``_LOWER`` above): never the article "a"."""
     n = len(options)
     text = reply.strip()
-    for m in (_LEAD.match(text), _SAID.search(text)):
-        if m and ord(m.group(1).upper()) - 65 < n:
-            return ord(m.group(1).upper()) - 65
+    named = {_label(m) for m in _NAMED.finditer(text)}
+    for letter in (_label(_LEAD.match(text)), _label(_SAID.search(text)),
+                   next(iter(named)) if len(named) == 1 else None):
+        if letter and ord(letter.upper()) - 65 < n:
+            return ord(letter.upper()) - 65
     low = text.casefold()
     hits = [i for i, o in enumerate(options) if o.strip().casefold() in low]
     return hits[0] if len(hits) == 1 else None
