@@ -24,7 +24,8 @@ rule reply_logits:
     threads: workflow.cores
     resources:
         mem_mb=qres.mem_mb("inference"),
-        runtime=runtime_for("reply_logits", 30),
+        # learned only from jobs timed after the replies they read were made (other replies: other work)
+        runtime=qres.runtime_fixed("reply_logits", 30, config, work=("generations",)),
     params:
         spec=get_fidelity_spec,
     script:
@@ -51,7 +52,9 @@ rule fidelity:
     threads: workflow.cores
     resources:
         mem_mb=qres.mem_mb("inference"),
-        runtime=runtime_for("fidelity", 30),
+        runtime=qres.runtime_fixed(
+            "fidelity", 30, config, work=("generations", "reference_generations")
+        ),
     params:
         spec=get_fidelity_spec,
     script:

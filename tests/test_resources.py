@@ -83,3 +83,30 @@ def test_a_generate_budget_learned_on_other_items_is_not_reused(tmp_path):
     os.utime(items, (tsv.stat().st_mtime + 60,) * 2)  # made again since: the estimate instead
     assert run(w, inp, 1) == qres.estimate_runtime_min("generate", SMOL["file_bytes"]) > 30
     assert qres.runtime_min("generate", rule="generate")(w, inp, 1) == 1  # without `work`: as before
+
+
+def test_a_teacher_forced_pass_learns_its_budget_only_from_jobs_on_the_same_replies(tmp_path):
+    """`reply_logits` took 3.7 s on the example's 8 conversations, so its runtime became 1 minute;
+    the user's 20 laid over them stopped there twice. Its budget, and fidelity's, now counts only jobs
+    of the same task timed after the replies they read were last made (generate's rule for its items),
+    else the rule's default (30 min); a config floor still holds."""
+    import os
+
+    w = SimpleNamespace(task="traffic", family="fam", card="card")
+    for rule, path in (("reply_logits", "card/fam/traffic.tsv"), ("fidelity", "card/fam/Q4_K_M/f16/traffic.tsv")):
+        tsv = tmp_path / "logs/benchmarks" / rule / path
+        tsv.parent.mkdir(parents=True)
+        tsv.write_text("s\th:m:s\n3.7\t0:00:03\n")
+        other = tmp_path / "logs/benchmarks" / rule / path.replace("traffic", "tasks")
+        other.write_text("s\th:m:s\n900.0\t0:15:00\n")  # another task's jobs say nothing of this one
+        timings._cache.clear()
+        gens = tmp_path / f"{rule}-generations.jsonl"
+        gens.write_text("{}\n")
+        inp = SimpleNamespace(generations=str(gens), reference_generations=str(gens))
+        work = ("generations",) if rule == "reply_logits" else ("generations", "reference_generations")
+        run = qres.runtime_fixed(rule, 30, {}, work=work)
+        os.utime(gens, (1_000, 1_000))  # the replies are older than the timing: it counts
+        assert run(w, inp, 1) == 1 and run(w, inp, 2) == 2  # max(1 min, 3 × 3.7 s), doubled on a retry
+        os.utime(gens, (tsv.stat().st_mtime + 60,) * 2)  # the user's replies, made since
+        assert run(w, inp, 1) == 30
+        assert qres.runtime_fixed(rule, 30, {"resources": {"runtime_min": {rule: 45}}}, work=work)(w, inp, 1) == 45

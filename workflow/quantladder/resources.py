@@ -186,16 +186,30 @@ def runtime_min(kind: str, config: dict | None = None, *, rule: str | None = Non
     return _runtime
 
 
-def runtime_fixed(rule: str, default: float, config: dict | None = None):
+def runtime_fixed(rule: str, default: float, config: dict | None = None, *, work: tuple[str, ...] = ()):
     """A ``runtime`` resource callable (minutes) for a rule whose work does not scale with a model
     file: three times what its jobs took here, else the config's `resources.runtime_min.<rule>`, else
-    ``default``."""
+    ``default``. ``work``: the named inputs that say how much work a job is (the replies a
+    teacher-forced pass reads): only jobs timed after they were last made count, as for generate's
+    items (``runtime_min``): the example's 8 conversations took ``reply_logits`` 3.7 s, and a user's
+    20 laid over them are other work.
+
+    The runtime is what a scheduler holds the job to; on one machine nothing enforces it
+    (quantladder.budget)."""
     floor = (((config or {}).get("resources") or {}).get("runtime_min") or {}).get(rule)
 
-    def _runtime(wildcards, attempt):
-        took = timings.median_s(timings.seconds(fresh=False), rule, timings.kind_of(rule, wildcards))
+    def minutes_for(wildcards, input, attempt) -> int:
+        took = timings.median_s(timings.seconds(fresh=False), rule, timings.kind_of(rule, wildcards),
+                                since=_made_at(input, work) if work else None)
         minutes = max(1.0, 3 * took / 60, floor or 0) if took is not None else (floor or default)
         return int(min(math.ceil(minutes * max(1, attempt)), MAX_RUNTIME_MIN))
+
+    if work:  # Snakemake hands a resource callable the arguments its signature names
+        def _runtime(wildcards, input, attempt):
+            return minutes_for(wildcards, input, attempt)
+    else:
+        def _runtime(wildcards, attempt):
+            return minutes_for(wildcards, None, attempt)
 
     _runtime.__name__ = f"runtime_{rule}"
     return _runtime

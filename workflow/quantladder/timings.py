@@ -17,8 +17,10 @@ from pathlib import Path
 BENCHMARKS = "logs/benchmarks"
 # rule -> the position of the kind among its benchmark file's path parts (after the rule's folder)
 _KIND_PART = {"quantize": 0, "reference_rung": 0, "imatrix": 0, "generate": -1, "score": -1, "perplexity": 1, "reference_logits": 1, "speed": 1, "memory": 1,
-              "energy": 1, "tool_anchor_gate": 1}
-_KIND_WILDCARD = {"generate": "task", "score": "task", "tool_anchor_gate": "benchmark"}
+              "energy": 1, "tool_anchor_gate": 1, "reply_logits": -1, "fidelity": -1}
+# the teacher-forced passes cost what their task's replies are long: a kind per task, as generate's
+_KIND_WILDCARD = {"generate": "task", "score": "task", "tool_anchor_gate": "benchmark", "reply_logits": "task",
+                  "fidelity": "task"}
 
 _cache: dict[str, dict] = {}
 
