@@ -20,6 +20,10 @@ rule acquire_source:
 
 
 rule acquire_prebuilt:
+    input:
+        # the header it is checked against (quantladder.provenance, docs/ladder.md "Third-party files")
+        reference=get_reference_gguf,
+        reference_info=lambda w: get_reference_gguf(w) + ".json",
     output:
         gguf="resources/models/{family}/prebuilt/{rung}.gguf",
         info="resources/models/{family}/prebuilt/{rung}.gguf.json",

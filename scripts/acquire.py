@@ -1,15 +1,28 @@
-"""Rules acquire_source / acquire_prebuilt: fetch a GGUF, verify it, record its hash."""
+"""Rules acquire_source / acquire_prebuilt: fetch a GGUF, verify it, record its hash; a prebuilt
+(third-party) file is also checked against the family's reference before anything measures it."""
 
 import json
+import os
 
-from quantladder import models
-from quantladder.io import write_json
+from quantladder import models, provenance
+from quantladder.errors import QuantladderError
+from quantladder.io import read_json, write_json
 from quantladder.scriptutil import main, mock_from_argv
 
 
 def run(smk):
     spec = json.loads(smk.params.source)
     record = models.acquire(spec["source"], smk.output.gguf, sha256=spec.get("sha256"))  # with its GGUF's info
+    if smk.rule == "acquire_prebuilt":
+        w = smk.wildcards
+        try:  # headers only: a fraction of a second
+            p = provenance.check(provenance.compare(smk.input.reference, smk.output.gguf), spec.get("accept") or [],
+                                 where=f"families.{w.family}.prebuilt.{w.rung}", path=str(smk.output.gguf))
+        except QuantladderError:
+            os.unlink(smk.output.gguf)  # a blocked file is not left where the ladder would measure it
+            raise
+        ref = read_json(smk.input.reference_info)
+        record["provenance"] = {"reference": {"path": str(smk.input.reference), "sha256": ref.get("sha256")}, **p}
     write_json(smk.output.info, record)
 
 

@@ -48,6 +48,11 @@ COLUMNS: list[tuple[str, pa.DataType, str]] = [
      "file)\" for a third-party file, whose maker's matrix is not recorded; null: made without a matrix"),
     ("recipe", pa.string(), "the tensor-type recipe's name (quantize.recipes); a recipe without a name (a built-in "
      "FP4 rung, per-rung tensor types) as its rules; null: the file type's own mixture"),
+    ("provenance", pa.string(), "where the rung's file comes from: \"made here\" (the reference and every rung "
+     "quantized from it), \"third party, as the reference\", \"third party; differs from the reference in: "
+     "<groups> (accepted)\" (architecture, tokenizer, chat_template, context: docs/ladder.md, \"Third-party "
+     "files\"; a chat_template difference means its chat exams ran with the file's own template), or \"third "
+     "party, not checked against the reference\" (a manifest from before the check)"),
     ("n_parallel", pa.int64(), "sequences the point's replies were decoded together with (a generation setting, "
      "docs/generation.md); null where nothing was generated"),
     ("gguf_sha256", pa.string(), "sha256 of the rung's GGUF"),
@@ -157,6 +162,19 @@ def recipe_label(name: str | None, recipe: dict | None) -> str | None:
 METRICS_KEYS = ("benchmark", "rows", "manifest")
 
 
+def provenance_label(model: dict) -> str:
+    """The dataset's `provenance` of a rung, from its manifest's model section (its sidecar's
+    ``provenance`` record: quantladder.provenance)."""
+    if model.get("rung_kind") != "prebuilt":
+        return "made here"
+    p = model.get("provenance")
+    if not p:
+        return "third party, not checked against the reference"
+    groups = p.get("differs_in") or []
+    return ("third party; differs from the reference in: " + ", ".join(groups) + " (accepted)" if groups
+            else "third party, as the reference")
+
+
 def rows_from_point(metrics_path: str | Path, manifest_path: str | Path | None = None) -> list[dict]:
     """Flatten one point's metrics.json (+ its manifest) into dataset rows."""
     m = read_json(metrics_path, required=METRICS_KEYS)
@@ -179,6 +197,7 @@ def rows_from_point(metrics_path: str | Path, manifest_path: str | Path | None =
         "imatrix": (IMATRIX_UNKNOWN if model.get("rung_kind") == "prebuilt" and not model.get("imatrix") else
                     imatrix_label(model["imatrix"] if "imatrix" in model else asked.get("imatrix"))),
         "recipe": recipe_label(model.get("recipe_name") or asked.get("recipe"), model.get("recipe")),
+        "provenance": provenance_label(model),
         "n_parallel": (m.get("generation") or {}).get("n_parallel"),
         "manifest_hash": man.get("spec_hash"), "harness_version": man.get("harness_version"),
         "llama_cpp_python": lib.get("llama_cpp_python"), "libllama_sha256": lib.get("libllama_sha256"),

@@ -86,6 +86,8 @@ class Point:
             "recipe": self.model_record.get("recipe"),
             "recipe_name": self.model_record.get("recipe_name"),
             "imatrix": self.model_record.get("imatrix"),
+            # a file not made here: how it differs from the reference (quantladder.provenance)
+            "provenance": self.model_record.get("provenance"),
         }
 
     def manifest(self, *, data: dict | None = None, engine: dict | None = None, card_identity: dict | None = None,
