@@ -178,6 +178,99 @@ def test_a_spreadsheet_bom_and_pandas_empty_cells_are_no_fields(tmp_path):
     assert [it.max_tokens for it in taskfile.read(tmp_path / "t.parquet").items] == [8, None]
 
 
+# -- a user's real files: encodings and counts (issue 41, case 7) -----------------------------------
+
+LATIN1_LINES = [json.dumps(OK, ensure_ascii=False),
+                json.dumps({"id": "b", "prompt": "¿Cuántas millas recorrió José?",
+                            "checks": [{"kind": "numeric", "value": 6.2}]}, ensure_ascii=False)]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "jsonl.gz"])
+def test_a_latin1_file_is_named_with_its_line_and_encoding(tmp_path, fmt):
+    """A task file saved as Windows-1252 / Latin-1 (as Excel saves CSV) used to stop the run with a bare
+    UnicodeDecodeError naming neither the file nor the line."""
+    import gzip
+
+    if fmt == "csv":
+        text = 'id,prompt,checks\na,Say hi,"[{""kind"": ""contains"", ""value"": ""hi""}]"\n' \
+               'b,¿Cuántas millas?,"[{""kind"": ""numeric"", ""value"": 6.2}]"\n'
+        line = 3
+    else:
+        text = "\n".join(LATIN1_LINES) + "\n"
+        line = 2
+    p = tmp_path / f"t.{fmt}"
+    raw = text.encode("latin-1")
+    p.write_bytes(gzip.compress(raw) if fmt.endswith(".gz") else raw)
+    with pytest.raises(DataError, match=rf"t\.{re.escape(fmt)}:{line}: not UTF-8: byte 0xbf at byte \d+ of the line "
+                                        r".*looks like Windows-1252 / Latin-1.*iconv -f cp1252 -t utf-8"):
+        taskfile.read(p)
+    # the same file as UTF-8 reads
+    p.write_bytes(gzip.compress(text.encode()) if fmt.endswith(".gz") else text.encode())
+    assert [it.id for it in taskfile.read(p).items] == ["a", "b"]
+
+
+def test_a_utf16_file_and_a_latin1_traffic_file_are_named(tmp_path):
+    from quantladder.benchmarks.traffic import trafficfile
+
+    p = tmp_path / "t.jsonl"
+    p.write_bytes(("\n".join(LATIN1_LINES) + "\n").encode("utf-16"))
+    with pytest.raises(DataError, match=r"t\.jsonl:1: not UTF-8: .*looks like UTF-16-LE.*iconv -f utf-16-le"):
+        taskfile.read(p)
+    traffic = tmp_path / "traffic.jsonl"
+    traffic.write_bytes(b'{"prompt": "hello"}\n{"prompt": "ol\xe1, qu\xe9 tal"}\n')
+    with pytest.raises(DataError, match=r"traffic\.jsonl:2: not UTF-8: byte 0xe1 .*Windows-1252"):
+        trafficfile.read(traffic)
+
+
+def test_half_a_surrogate_pair_is_refused_by_line_and_field(tmp_path):
+    """JSON may escape half a UTF-16 pair ("\\udc80"): Python reads a string no UTF-8 holds, which stopped
+    the run where the prompt is tokenized; it is refused when the file is read."""
+    from quantladder.benchmarks.traffic import trafficfile
+
+    p = _write(tmp_path, [OK, '{"id": "b", "prompt": "caf\\udc80", "checks": {"kind": "contains", "value": "x"}}'])
+    with pytest.raises(DataError, match=r"t\.jsonl:2: field 'prompt': the escape \\udc80 is half of a UTF-16 surrogate"):
+        taskfile.read(p)
+    ok = _write(tmp_path, [{**OK, "prompt": "caf\u00e9 \U0001F600"}], name="ok.jsonl")  # escaped, and a whole pair
+    assert "\\ud83d\\ude00" in ok.read_text() and taskfile.read(ok).items[0].prompt == "caf\u00e9 \U0001F600"
+    t = tmp_path / "traffic.jsonl"
+    t.write_text('{"messages": [{"role": "user", "content": "hi \\ud800"}]}\n')
+    with pytest.raises(DataError, match=r"traffic\.jsonl:1: field 'messages\[0\]\.content': the escape \\ud800"):
+        trafficfile.read(t)
+
+
+def test_a_python_check_file_not_in_utf8_is_named(tmp_path):
+    (tmp_path / "c.py").write_bytes("# comprobación\ndef check(reply, item):\n    return True\n".encode("latin-1"))
+    with pytest.raises(DataError, match=r"t\.jsonl:1: field 'checks\[0\]': python\.file: .*c\.py:1: not UTF-8 \(byte 0xf3\)"):
+        taskfile.read(_write(tmp_path, [{**OK, "checks": [{"kind": "python", "file": "c.py"}]}]))
+
+
+@pytest.mark.parametrize("value, fmt, want", [
+    (16, "jsonl", 16), ("16", "csv", 16), (16.0, "parquet", 16),  # a Parquet number column holds 16.0
+    (3.7, "jsonl", None), (True, "jsonl", None), (False, "jsonl", None), (0, "jsonl", None), (-2, "jsonl", None),
+    ("3.7", "csv", None), ("true", "csv", None), ("many", "csv", None), (3.7, "parquet", None),
+])
+def test_max_tokens_is_a_positive_integer_not_a_truncated_number(tmp_path, value, fmt, want):
+    """max_tokens 3.7 was read as 3 and true as 1 (Python's int() of each)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rec = {**OK, "max_tokens": value}
+    if fmt == "jsonl":
+        p = _write(tmp_path, [rec])
+    elif fmt == "csv":
+        p = tmp_path / "t.csv"
+        p.write_text('id,prompt,max_tokens,checks\na,Say hi,%s,"[{""kind"": ""contains"", ""value"": ""hi""}]"\n' % value)
+    else:
+        p = tmp_path / "t.parquet"
+        pq.write_table(pa.Table.from_pylist([{**rec, "checks": json.dumps(OK["checks"])}]), p)
+    if want is None:
+        with pytest.raises(DataError, match=r"t\.(jsonl|csv|parquet):(1|2|row 1): field 'max_tokens': a positive "
+                                            r"integer, got"):
+            taskfile.read(p)
+    else:
+        assert taskfile.read(p).items[0].max_tokens == want
+
+
 def test_the_three_formats_read_the_same_items(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -136,7 +136,12 @@ def parse(where: str, spec, item: dict, base_dir: Path) -> Check:
             p = p if p.is_absolute() else base_dir / p
             if not p.is_file():
                 _bad(where, f"python.file: {p} does not exist")
-            source = p.read_text()
+            try:
+                source = p.read_text(encoding="utf-8")
+            except UnicodeDecodeError as e:
+                line = e.object.count(b"\n", 0, e.start) + 1
+                _bad(where, f"python.file: {p}:{line}: not UTF-8 (byte 0x{e.object[e.start]:02x}); save it as "
+                            "UTF-8, the encoding Python reads a source file in")
         else:
             source = s["code"]
         try:

@@ -87,13 +87,21 @@ def format_of(path: Path, fmt: str = "auto") -> str:
 
 
 def records(path: Path, fmt: str):
-    """(where, record) per item, in file order; blank JSONL lines are skipped."""
+    """(where, record) per item, in file order; blank JSONL lines are skipped. A file that is not UTF-8
+    is refused at its first line that is not, naming the encoding it looks like (``not_utf8``)."""
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
         for i, rec in enumerate(pq.read_table(path).to_pylist(), 1):
             yield f"{path}:row {i}", rec
         return
+    try:
+        yield from _text_records(path, fmt)
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
+
+
+def _text_records(path: Path, fmt: str):
     opener = gzip.open if path.suffix == ".gz" else open
     # utf-8-sig: a byte-order mark (as spreadsheets write one) is not part of the first field's name
     with opener(path, "rt", encoding="utf-8-sig", newline="" if fmt == "csv" else None) as f:
@@ -105,6 +113,8 @@ def records(path: Path, fmt: str):
                     rec = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise DataError(f"{path}:{n}: not a JSON object ({e.msg} at column {e.colno})") from None
+                if "\\u" in line:
+                    _no_lone_surrogate(f"{path}:{n}", rec)
                 yield f"{path}:{n}", rec
             return
         reader = csv.DictReader(f)
@@ -112,6 +122,67 @@ def records(path: Path, fmt: str):
         for rec in reader:
             yield f"{path}:{start}", {k: v for k, v in rec.items() if k is not None and v not in (None, "")}
             start = reader.line_num + 1
+
+
+def _no_lone_surrogate(where: str, value, field: str = "") -> None:
+    """JSON may write half of a UTF-16 surrogate pair as an escape (``"\\udc80"``); Python reads it as a
+    string no UTF-8 can hold, which would stop the run where a prompt is tokenized. Refused here,
+    naming the line and the field."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            bad = value[e.start]
+            raise DataError(f"{where}: field {field or 'value'!r}: the escape \\u{ord(bad):04x} is half of a UTF-16 "
+                            "surrogate pair, not a character (the text was cut or mis-encoded where it was "
+                            "written)") from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _no_lone_surrogate(where, k, field)
+            _no_lone_surrogate(where, v, f"{field}.{k}" if field else str(k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _no_lone_surrogate(where, v, f"{field}[{i}]")
+
+
+# Byte-order marks of the encodings a file may be saved in instead of UTF-8 (the UTF-32 ones first:
+# UTF-32-LE's mark begins with UTF-16-LE's).
+_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32-LE"), (b"\x00\x00\xfe\xff", "UTF-32-BE"), (b"\xff\xfe", "UTF-16-LE"),
+         (b"\xfe\xff", "UTF-16-BE"))
+
+
+def not_utf8(path: Path) -> DataError:
+    """The error for a task or traffic file that is not UTF-8: its first such line and column, the bytes
+    there, the encoding the file looks like, and how to convert it. (There is no `encoding:` key: a
+    file converted once reads the same everywhere, and its digest is the file's.)"""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    found = next((name for bom, name in _BOMS if data.startswith(bom)), None)
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        data.decode("utf-8")
+        return DataError(f"{path}: not UTF-8 text")  # not reached: the reader failed on it
+    except UnicodeDecodeError as e:
+        pos = e.start
+    line = data.count(b"\n", 0, pos) + 1
+    column = pos - (data.rfind(b"\n", 0, pos) + 1) + 1
+    if found is None:
+        try:
+            data.decode("cp1252")
+            found, name = "Windows-1252 / Latin-1 (what Excel and many Windows tools save)", "cp1252"
+        except UnicodeDecodeError:  # cp1252 leaves five bytes undefined; Latin-1 defines every byte
+            found, name = "Latin-1 (ISO-8859-1) or another 8-bit encoding", "latin1"
+    else:
+        name = found.lower()
+    snippet = data[max(0, pos - 20):pos + 10]
+    out = f"{path.stem}.utf8{path.suffix}"
+    how = (f"zcat {path.name} | iconv -f {name} -t utf-8 | gzip > {path.name[:-3]}.utf8.gz" if path.suffix == ".gz"
+           else f"iconv -f {name} -t utf-8 {path.name} > {out}")
+    return DataError(f"{path}:{line}: not UTF-8: byte 0x{data[pos]:02x} at byte {column} of the line ({snippet!r}); the file "
+                     f"looks like {found}. Task and traffic files are read as UTF-8: convert it once, e.g. `{how}` "
+                     '(or save it as "UTF-8" / "CSV UTF-8" from the program that wrote it)')
 
 
 def _cell(where: str, key: str, value):
@@ -127,6 +198,21 @@ def _cell(where: str, key: str, value):
 def missing(v) -> bool:
     """An absent field: null, or the NaN that pandas writes for an empty cell of a number column."""
     return v is None or (isinstance(v, float) and v != v)
+
+
+def _positive_int(v) -> int | None:
+    """A count as a file may write it, or None when it is none: an integer, a float with no fraction
+    (a Parquet number column with an empty cell holds 8.0), or the digits of a CSV cell. Not 3.7 (int()
+    would cut it to 3) and not true (Python's bool is an int: int(True) is 1)."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, float):
+        v = int(v) if v.is_integer() else None
+    elif isinstance(v, str):
+        v = int(v.strip()) if v.strip().isascii() and v.strip().isdigit() else None
+    elif not isinstance(v, int):
+        v = None
+    return v if v is not None and v >= 1 else None
 
 
 def parse_item(where: str, rec, base_dir: Path) -> TaskItem:
@@ -160,11 +246,8 @@ def parse_item(where: str, rec, base_dir: Path) -> TaskItem:
         raise DataError(f"{where}: field 'options': a list of 2 to 26 texts, got {options!r}")
     max_tokens = rec.get("max_tokens")
     if max_tokens is not None:
-        try:
-            max_tokens = int(max_tokens)
-        except (TypeError, ValueError):
-            max_tokens = 0
-        if max_tokens < 1:
+        max_tokens = _positive_int(max_tokens)
+        if max_tokens is None:
             raise DataError(f"{where}: field 'max_tokens': a positive integer, got {rec['max_tokens']!r}")
     stop = rec.get("stop", [])
     if isinstance(stop, str):
