@@ -283,10 +283,25 @@ class Engine(LlamaHandle):
     def chat_template(self) -> str | None:
         return self.metadata("tokenizer.chat_template")
 
-    def chat_prompt(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    def chat_prompt(self, messages: list[dict], add_generation_prompt: bool = True,
+                    template_kwargs: dict | None = None) -> str:
         """Render ``messages`` with the GGUF's own chat template (the raw completion path), through
-        llama-cpp-python's Jinja2ChatFormatter with the BOS/EOS texts it would use."""
+        llama-cpp-python's Jinja2ChatFormatter with the BOS/EOS texts it would use.
+
+        ``template_kwargs``: more variables for the template (``enable_thinking``,
+        ``reasoning_effort``, ``tools``, ...: quantladder.reasoning.template_kwargs), given to the
+        formatter's call, which hands its extra keyword arguments to the template's render. The
+        formatter is built from the template and add_generation_prompt alone, so one cached formatter
+        serves every set of kwargs; without kwargs the call is the one it always was."""
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        kwargs = dict(template_kwargs or {})
+        # variables the formatter passes itself: a kwarg of the same name would collide in its call
+        own = ("messages", "add_generation_prompt", "bos_token", "eos_token", "raise_exception", "strftime_now",
+               "functions", "function_call", "tool_choice")
+        clash = sorted(k for k in kwargs if k in own)
+        if clash:
+            raise ConfigError(f"{self.model_path}: template_kwargs {', '.join(clash)}: set by the renderer itself")
 
         tmpl = self.chat_template
         if not tmpl:
@@ -299,7 +314,7 @@ class Engine(LlamaHandle):
             fmt = Jinja2ChatFormatter(template=tmpl, bos_token=bos, eos_token=eos,
                                       add_generation_prompt=add_generation_prompt)
             self._template[bool(add_generation_prompt)] = fmt
-        return fmt(messages=messages).prompt
+        return fmt(messages=messages, **kwargs).prompt
 
     # -- generation -------------------------------------------------------------------------
     def generate(self, prompt: str | Sequence[int], max_tokens: int, stop: Sequence[str] = ()) -> Generation:
