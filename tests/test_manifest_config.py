@@ -1,6 +1,7 @@
 """Manifest specs and config validation: what decides a point's validity, and clear errors."""
 
 import copy
+import re
 
 import pytest
 import yaml
@@ -88,3 +89,27 @@ def test_a_generation_rule_on_a_blocked_card_writes_its_marker_and_generates_not
     assert json.loads(meta.read_text()) == {"benchmark": "bfcl", "blocked": True, "reason": "anchor 61.2 outside 84.0 ± 5",
                                             "planned": 12, "generated": 0, "complete": False, "items_sha256": "abc",
                                             "sha256": sha256_bytes(b"")}
+
+
+def test_a_task_rung_that_is_no_rung_of_the_family_is_refused(tmp_path):
+    """Issue 41, case 7: `task_rungs: [Q4_K_S, Q2_K]` (Q4_K_S for Q4_K_M) ran no exam on Q4_K_M and
+    none on Q4_K_S, and the run said every planned point finished. The key, the unknown rung, the
+    family's rungs and the likely one are named, by the config check and by Snakemake's own run."""
+    from pipeline_util import small_config, snakemake, write_config
+
+    cfg = yaml.safe_load(qconfig.DEFAULT_CONFIG.read_text())
+    cfg["families"][FAM]["task_rungs"] = ["Q4_K_S", "Q2_K"]
+    p = tmp_path / "typo.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    want = (rf"key families\.{FAM}\.task_rungs: \['Q4_K_S'\] is not among the family's rungs \(F16, Q8_0, Q4_K_M, "
+            r".*did you mean 'Q4_K_M' for 'Q4_K_S'\?")
+    with pytest.raises(ConfigError, match=want):
+        qconfig.load(p)
+    cfg["families"][FAM]["task_rungs"] = ["Q4_K_M", "Q2_K"]  # the rungs meant, and null (every rung), are fine
+    qconfig.validate_config(copy.deepcopy(cfg))
+    cfg["families"][FAM]["task_rungs"] = None
+    qconfig.validate_config(copy.deepcopy(cfg))
+    small = small_config(rungs=("Q8_0", "Q4_K_M", "Q2_K"))
+    small["families"][FAM]["task_rungs"] = ["Q4_K_S", "Q2_K"]
+    r = snakemake(tmp_path, "-n", config=write_config(tmp_path, small), check=False)
+    assert r.returncode != 0 and re.search(want.replace("F16, Q8_0, Q4_K_M, ", "F16, Q8_0, Q4_K_M"), r.stdout + r.stderr)

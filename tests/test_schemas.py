@@ -71,3 +71,26 @@ def test_an_old_knob_name_is_refused_with_its_new_name():
     with pytest.raises(ConfigError, match=r"benchmarks\.bfcl\.max_tokens: renamed max_new_tokens .* "
                                           r"write max_new_tokens: 192"):
         config.validate_config(cfg, source="my.yaml")
+
+
+@pytest.mark.parametrize("value", [3.7, True, 3.0, "3"])
+@pytest.mark.parametrize("bench", ["tasks", "traffic", "humaneval"])
+def test_a_count_that_is_not_an_integer_is_refused_naming_the_key(bench, value):
+    """Issue 41, case 7: max_tokens 3.7 and true were read as 3 and 1. A benchmark's integer key refuses
+    3.7 and true (jsonschema: bool is no integer) and also 3.0, which JSON Schema's integer lets pass."""
+    section = {"enabled": False, "max_new_tokens": value}
+    with pytest.raises(ConfigError, match=rf"key benchmarks\.{bench}\.max_new_tokens: .* is not of type 'integer'"):
+        config.validate_benchmarks({"benchmarks": {bench: section}}, source="c.yaml")
+    config.validate_benchmarks({"benchmarks": {bench: {"enabled": False, "max_new_tokens": 3}}}, source="c.yaml")
+
+
+@pytest.mark.parametrize("value, message", [(512.0, r"512\.0 is not an integer \(write 512"),
+                                            (512.5, r"512\.5 is not an integer")])
+def test_a_top_level_integer_written_as_a_float_is_named_before_snakemakes_check(value, message):
+    """Snakemake's own validate lets n_ctx: 512.0 pass (JSON Schema's integer does); check_types, which
+    runs before it, names the key."""
+    cfg = config.load()
+    config.check_types(cfg, source="c.yaml")
+    cfg["quantize"]["imatrix_settings"]["n_ctx"] = value
+    with pytest.raises(ConfigError, match=rf"c\.yaml: key quantize\.imatrix_settings\.n_ctx: {message}"):
+        config.check_types(cfg, source="c.yaml")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import difflib
 from pathlib import Path
 
 import yaml
@@ -67,6 +68,14 @@ def check_types(cfg: dict, source: str = "config") -> None:
             if isinstance(val, (int, float)) and not isinstance(val, bool):
                 raise ConfigError(f"{source}: key {where}: {val!r} is a number, not a sha256; an all-digit sha256 "
                                   "is read by YAML as a number: quote it")
+    # An integer key written as a float (n_ctx: 512.0): Snakemake's validate lets it pass as JSON Schema
+    # does; this package's validator does not (schemas.filling_validator), and names the key.
+    for e in schemas.filling_validator(schemas.load(schemas.SCHEMA_PATH)).iter_errors(copy.deepcopy(cfg)):
+        if e.validator == "type" and isinstance(e.instance, float) and "integer" in str(e.validator_value):
+            where = ".".join(str(x) for x in e.path)
+            raise ConfigError(f"{source}: key {where}: {e.instance!r} is not an integer (write {e.instance:.0f} "
+                              "if that is meant)" if e.instance.is_integer() else
+                              f"{source}: key {where}: {e.instance!r} is not an integer")
 
 
 # Keys that once had another name: one name per knob in every benchmark, and a config that still
@@ -100,12 +109,18 @@ def check_semantics(cfg: dict, source: str = "config") -> None:
             raise ConfigError(f"{source}: families.{name}.reference must be F16, BF16 or F32, got {ref!r}")
         for rung in fam.get("rungs", []):
             plan(cfg, name, rung_name(rung), where=source)  # type, recipe, matrix: a ConfigError names the key
-        for rung in fam.get("task_rungs") or []:  # a name of the ladder's kind (not every one need be made)
-            if rung_name(rung) not in rungs(cfg, name):
-                try:
-                    plan(cfg, name, rung_name(rung), where=source)
-                except ConfigError as e:
-                    raise ConfigError(f"{source}: families.{name}.task_rungs: {rung!r} names no rung ({e})") from e
+        # Every task rung must be one of the family's rungs: a name that is not (a typo, Q4_K_S for
+        # Q4_K_M, or a rung an overlay's `rungs:` left out) would run no exam on it, silently, and the
+        # rung meant would get none either while the run reports every planned point finished.
+        ladder = rungs(cfg, name)
+        unknown = [str(rung_name(r)) for r in fam.get("task_rungs") or [] if rung_name(r) not in ladder]
+        if unknown:
+            near = {u: difflib.get_close_matches(u, ladder, n=1) for u in unknown}
+            hint = "; ".join(f"did you mean {m[0]!r} for {u!r}?" for u, m in near.items() if m)
+            raise ConfigError(f"{source}: key families.{name}.task_rungs: {unknown} "
+                              f"{'is' if len(unknown) == 1 else 'are'} not among the family's rungs ({', '.join(ladder)}): "
+                              "a task rung is a rung the family makes (its reference, `rungs` or `prebuilt`); "
+                              "list only those, or set task_rungs: null for every rung" + (f" ({hint})" if hint else ""))
         for pre in fam.get("prebuilt", {}):
             if pre in fam.get("rungs", []):
                 raise ConfigError(f"{source}: families.{name}: {pre!r} is both a made and a prebuilt rung")

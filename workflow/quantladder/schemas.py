@@ -49,7 +49,12 @@ def filling_validator(schema: dict):
                 inst.setdefault(prop, copy.deepcopy(sub["default"]))
         yield from validator_cls.VALIDATORS["properties"](validator, properties, inst, schema_)
 
-    return jsonschema.validators.extend(validator_cls, {"properties": set_defaults})(schema)
+    # "integer" is a whole number written as one: JSON Schema lets 3.0 pass (JSON has one number type),
+    # but YAML's 3.0 is a float, and a count given as one is a slip (3.7 and true are refused already:
+    # jsonschema's integer excludes bool). Refused, so the key is named rather than read as 3.
+    types = validator_cls.TYPE_CHECKER.redefine(
+        "integer", lambda checker, x: isinstance(x, int) and not isinstance(x, bool))
+    return jsonschema.validators.extend(validator_cls, {"properties": set_defaults}, type_checker=types)(schema)
 
 
 def filled(path: Path, section: dict | None, *keys: str) -> dict:
