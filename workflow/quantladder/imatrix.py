@@ -43,38 +43,67 @@ class ImatrixData:
 
 def _read_legacy(path: Path) -> ImatrixData:
     """The pre-GGUF binary layout: n_entries, then (name, ncall, nval, values) per entry, then
-    optionally the chunk count and the dataset name (common/imatrix-loader.cpp)."""
+    optionally the chunk count and the dataset name (common/imatrix-loader.cpp).
+
+    A file that does not start with ``GGUF`` is read as this layout, so every count is checked
+    against the bytes there are before it is used: a file that is neither (random bytes, a text
+    file, a damaged download) is a ModelFileError naming the file, the byte and what is wrong,
+    not a struct or decode error. The values are sums of squared activations: finite and not
+    negative, or the file is not a matrix."""
     raw = path.read_bytes()
     off = 0
+    what = (f"{path}: not an importance matrix: it does not start with 'GGUF' (the format llama-imatrix "
+            f"writes), and as llama.cpp's legacy .dat layout")
 
-    def take(fmt):
+    def bad(msg: str):
+        raise ModelFileError(f"{what} {msg} ({len(raw)} bytes; first bytes {raw[:8].hex(' ')})")
+
+    def take(fmt, field):
         nonlocal off
         size = struct.calcsize(fmt)
         if off + size > len(raw):
-            raise ModelFileError(f"{path}: truncated legacy imatrix file")
+            bad(f"it ends at byte {len(raw)} where {field} was due (truncated?)")
         vals = struct.unpack_from(fmt, raw, off)
         off += size
         return vals
 
-    (n,) = take("<i")
-    if n < 1:
-        raise ModelFileError(f"{path}: no data in the imatrix file")
+    def text(n: int, field: str) -> str:
+        nonlocal off
+        if n < 1 or off + n > len(raw):
+            bad(f"{field} has length {n} at byte {off - 4}, which the file's {len(raw) - off} remaining bytes "
+                "cannot hold")
+        try:
+            out = raw[off:off + n].decode()
+        except UnicodeDecodeError:
+            bad(f"{field} at byte {off} is not text")
+        off += n
+        return out
+
+    (n,) = take("<i", "the entry count")
+    if n < 1 or n * 13 > len(raw) - off:  # an entry is at least 13 bytes: 3 counts and a 1-byte name
+        bad(f"its entry count {n} (bytes 0-3) cannot be: {'none' if n < 1 else 'more than the file holds'}")
     weights = {}
-    for _ in range(n):
-        (ln,) = take("<i")
-        name = raw[off:off + ln].decode()
-        off += ln
-        ncall, nval = take("<ii")
+    for i in range(n):
+        (ln,) = take("<i", f"entry {i + 1}'s name length")
+        name = text(ln, f"entry {i + 1}'s name")
+        ncall, nval = take("<ii", f"entry {i + 1} ({name})'s counts")
+        if ncall < 0 or nval < 1 or off + 4 * nval > len(raw):
+            bad(f"entry {i + 1} ({name}) says {ncall} calls and {nval} values at byte {off - 8}, which cannot be "
+                f"({len(raw) - off} bytes remain)")
         sums = np.frombuffer(raw, dtype="<f4", count=nval, offset=off).astype(np.float32)
+        if not (np.isfinite(sums).all() and (sums >= 0).all()):
+            bad(f"entry {i + 1} ({name})'s values are not sums of squares (negative, NaN or infinite)")
         off += 4 * nval
         weights[name] = (sums / np.float32(ncall)).astype(np.float32) if ncall > 0 else sums.copy()
     datasets, chunks = [], 0
     if off < len(raw):
-        (chunks,) = take("<i")
+        (chunks,) = take("<i", "the chunk count")
         if off + 4 <= len(raw):
-            (ln,) = take("<i")
+            (ln,) = take("<i", "the dataset name's length")
             if ln > 0:
-                datasets.append(raw[off:off + ln].decode())
+                datasets.append(text(ln, "the dataset name"))
+    if off != len(raw):
+        bad(f"{len(raw) - off} bytes follow its last field (byte {off})")
     return ImatrixData(weights, datasets, chunks, 0, legacy=True)
 
 
