@@ -49,7 +49,8 @@ def _read_legacy(path: Path) -> ImatrixData:
     against the bytes there are before it is used: a file that is neither (random bytes, a text
     file, a damaged download) is a ModelFileError naming the file, the byte and what is wrong,
     not a struct or decode error. The values are sums of squared activations: finite and not
-    negative, or the file is not a matrix."""
+    negative, or the file is not a matrix. Bytes after the dataset name are ignored, as llama-quantize's
+    loader ignores them."""
     raw = path.read_bytes()
     off = 0
     what = (f"{path}: not an importance matrix: it does not start with 'GGUF' (the format llama-imatrix "
@@ -102,8 +103,6 @@ def _read_legacy(path: Path) -> ImatrixData:
             (ln,) = take("<i", "the dataset name's length")
             if ln > 0:
                 datasets.append(text(ln, "the dataset name"))
-    if off != len(raw):
-        bad(f"{len(raw) - off} bytes follow its last field (byte {off})")
     return ImatrixData(weights, datasets, chunks, 0, legacy=True)
 
 
