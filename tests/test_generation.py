@@ -35,11 +35,11 @@ def _bench(limit: int, max_new_tokens: int = 24):
     return b, src, items
 
 
-def _loop(model, store, n_parallel, limit=4, max_new_tokens=24, **kw):
+def _loop(model, store, n_parallel, limit=4, max_new_tokens=24, threads=2, **kw):
     b, src, items = _bench(limit, max_new_tokens)
     return generation.Loop(
         b, items, key="test-key", store_dir=store, n_parallel=n_parallel,
-        engine_for=lambda n: Engine(str(model), EngineSettings(n_ctx=n, n_parallel=n_parallel, n_threads=2)),
+        engine_for=lambda n: Engine(str(model), EngineSettings(n_ctx=n, n_parallel=n_parallel, n_threads=threads)),
         env=b.open_env(src, "generate"), **kw)
 
 
@@ -113,6 +113,73 @@ def test_a_budget_stops_between_waves_and_the_rerun_resumes(tmp_path, smollm_q8)
     rerun = _loop(smollm_q8, tmp_path / "s", n_parallel=1).run()
     full = _loop(smollm_q8, tmp_path / "u", n_parallel=1).run()
     assert replies(rerun) == replies(full)
+
+
+def test_a_resumed_or_store_served_point_records_the_cost_of_every_item(tmp_path, smollm_q8):
+    """A point that stopped at its budget and was resumed recorded only the last job's share
+    (16 of 16 scored, `generation_items 3`), and one served wholly from the store lost its cost rows
+    and recorded `"engine": {}`. The cost is now summed from the replies' own records: every item, the
+    engine settings that made them, and where two jobs ran under different settings, both, said so."""
+    from quantladder import scoring
+    from quantladder.gguf_meta import read_info
+
+    clock = [0.0]
+    bud = Budget(deadline=130.0, source="test", clock=lambda: clock[0])
+    loop = _loop(smollm_q8, tmp_path / "s", n_parallel=1, budget=bud)
+    real_run = loop._run_wave
+
+    def timed(*a, **kw):  # each wave "takes" 40 s of the budget's clock
+        clock[0] += 40.0
+        return real_run(*a, **kw)
+
+    loop._run_wave = timed
+    with pytest.raises(BudgetReached):
+        loop.run()
+    resumed = _loop(smollm_q8, tmp_path / "s", n_parallel=1, threads=1).run()  # another job, other threads
+    served = _loop(smollm_q8, tmp_path / "s", n_parallel=1, threads=1).run()  # nothing left to generate
+    whole = _loop(smollm_q8, tmp_path / "u", n_parallel=1).run()  # one job, uninterrupted
+    [(ctx, g)] = resumed.meta["groups"].items()
+    assert g["items"] == 4 and g["waves"] == 4 and g["jobs"] == 2 and resumed.meta["jobs"] == 2
+    assert g["prompt_tokens"] == sum(r["n_prompt_tokens"] for r in resumed.records)
+    assert g["gen_tokens"] == sum(r["n_gen_tokens"] for r in resumed.records)
+    assert g["seconds"] == pytest.approx(sum(r["cost"]["wall_s"] for r in resumed.records), abs=1e-3)
+    assert 0 < sum(r["cost"]["wall_s"] for r in resumed.records[:2]) < g["seconds"]  # the first job's share counts
+    assert served.meta["groups"] == resumed.meta["groups"]
+    assert served.meta["engine"] == resumed.meta["engine"]
+    # two settings, each with its items, and a sentence that names what differs: not one picked
+    variants = served.meta["engine"][ctx]["variants"]
+    assert sorted((v["items"], v["settings"]["n_threads"]) for v in variants) == [(2, 1), (2, 2)]
+    assert "n_threads" in served.meta["engine_differs"][0] and "2 engine settings" in served.meta["engine_differs"][0]
+    # an uninterrupted job: one setting, the engine's own
+    assert whole.meta["engine"][ctx]["n_threads"] == 2 and whole.meta["engine"][ctx]["n_ctx"] == int(ctx)
+    assert "engine_differs" not in whole.meta and whole.meta["groups"][ctx]["items"] == 4
+    # the score stage's cost rows, from the store-served job's meta: all of them, of all 4 items
+    rows = {r["metric"]: r for r in scoring.common_rows([], served.meta, kv_info=read_info(smollm_q8))}
+    assert {"generation_items", "generation_prompt_tokens", "generation_reused_prompt_tokens",
+            "generation_output_tokens", "generation_seconds", "peak_mem_bytes", "kv_bytes_predicted"} <= set(rows)
+    assert rows["generation_items"]["value"] == 4 and rows["generation_seconds"]["value"] == g["seconds"] > 0
+    assert rows["peak_mem_bytes"]["value"] > 0
+
+
+def test_a_reply_stored_before_replies_carried_their_cost_leaves_the_cost_absent(tmp_path, smollm_q8):
+    """A store written before records carried their cost (an upgrade mid-run): the token counts are
+    summed, the seconds, reused tokens and peak memory are absent with the count and what to do."""
+    from quantladder import scoring
+
+    first = _loop(smollm_q8, tmp_path / "s", n_parallel=1, limit=2).run()
+    store = tmp_path / "s" / generation.STORE_NAME
+    old = [{k: v for k, v in r.items() if k != "cost"} for r in JsonlFile(store).read()]
+    store.unlink()
+    JsonlFile(store).write(old[:1])
+    res = _loop(smollm_q8, tmp_path / "s", n_parallel=1, limit=2).run()
+    [(ctx, g)] = res.meta["groups"].items()
+    assert g["items"] == 2 and g["unrecorded"] == 1 and g["seconds"] is None
+    assert g["gen_tokens"] == sum(r["n_gen_tokens"] for r in first.records)
+    rows = {r["metric"]: r for r in scoring.common_rows([], res.meta)}
+    assert rows["generation_items"]["value"] == 2
+    sec = rows["generation_seconds"]
+    assert sec["value"] is None and sec["status"] == "absent" and "1 of 2 replies" in sec["status_reason"]
+    assert "made before settings were recorded" in res.meta["engine_differs"][0]
 
 
 def test_time_budget_cap_makes_an_incomplete_result(tmp_path, smollm_q8):

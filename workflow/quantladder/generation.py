@@ -26,6 +26,14 @@ and keeps every finished item:
 - **One loop detector**: every record carries ``degenerate`` (:mod:`quantladder.loops`).
 - **Progress** a person can watch: items done / total, tokens/s and an ETA in the rule's log at
   least every ``PROGRESS_EVERY_S`` seconds.
+- **The cost of the whole point**: every record carries what making it cost (``cost``: its share of
+  its wave's wall time, the prompt tokens its requests reused, the job's peak memory when it ended,
+  the engine settings that made it, which job made it). The meta file's per-context cost
+  (``groups``) and engine settings (``engine``) are summed from the point's records, whichever job
+  made them, so a point resumed after a budget stop, or served wholly from the store, records the
+  cost of all its items (a job's own share said that 16 items took 13 s, because the third job made
+  3 of them) and the settings that made its replies; where jobs made them under different settings,
+  the meta file says so and lists each with its items, rather than picking one.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -200,11 +209,10 @@ class Loop:
                  self.label, total, len(self.waves), self.n_parallel, done0, total - done0)
         progress = Progress(self.label, total, done0, every_s=self.progress_every_s)
         t_start = time.time()
+        job = uuid.uuid4().hex[:12]  # which job made a record (the point's cost sums over jobs)
         stopped = None
         early = None
         mismatches = 0
-        groups: dict[int, dict] = {}
-        engines: dict[int, dict] = {}
         engine, engine_ctx = None, None
         try:
             for wave in self.waves:
@@ -227,39 +235,52 @@ class Loop:
                         engine.close()
                     engine = self.engine_for(wave.n_ctx)
                     engine_ctx = wave.n_ctx
-                    engines[wave.n_ctx] = dict(getattr(engine, "resolved", {}) or {})
-                g = groups.setdefault(wave.n_ctx, {"items": 0, "prompt_tokens": 0, "gen_tokens": 0, "seconds": 0.0,
-                                                   "waves": 0, "peak_rss_bytes": 0, "kept_tokens": 0,
-                                                   "cached_tokens": 0})
-                t0 = time.time()
                 with self.budget.item():
-                    mismatches += self._run_wave(engine, wave, have, progress, g)
-                g["seconds"] += time.time() - t0
-                g["waves"] += 1
-                g["peak_rss_bytes"] = max(g["peak_rss_bytes"], peak_rss_bytes())  # host memory: not a GPU's
+                    mismatches += self._run_wave(engine, wave, have, progress, job)
         finally:
             if engine is not None:
                 engine.close()
         records = [r for w in self.waves for it in w.items if (r := self._lookup(have, w, it)) is not None]
         progress.report(final=True)
+        groups, engines, differs = point_cost(records)
+        for note in differs:
+            log.warning("%s: %s", self.label, note)
         meta = {"benchmark": self.bench.name, "key": self.key, "planned": total, "generated": len(records),
                 "complete": len(records) == total, "stopped": stopped, "early_stop": early,
                 "n_parallel": self.n_parallel,
-                "wave_size": self.wave_size, "n_waves": len(self.waves), "groups": {str(k): v for k, v in groups.items()},
-                "engine": {str(k): v for k, v in engines.items()}, "replay_mismatches": mismatches,
-                "seconds": round(time.time() - t_start, 3)}
+                "wave_size": self.wave_size, "n_waves": len(self.waves), "groups": groups,
+                "engine": engines, "replay_mismatches": mismatches,
+                "jobs": len({r["cost"].get("job") for r in records if isinstance(r.get("cost"), dict)}),
+                "seconds": round(time.time() - t_start, 3)}  # this job's own wall time
+        if differs:
+            meta["engine_differs"] = differs
         return Result(records, meta)
 
-    def _run_wave(self, engine, wave: Wave, have: dict, progress: Progress, group: dict) -> int:
+    def _run_wave(self, engine, wave: Wave, have: dict, progress: Progress, job: str) -> int:
         """Generate a whole wave (batch mates must be the planned ones); keep new records, compare
-        replayed ones. Returns the number of replayed items whose reply differs from the stored one."""
+        replayed ones. Returns the number of replayed items whose reply differs from the stored one.
+
+        A new record's ``cost`` is what its finish added to the wave: the wall time and the reused
+        prompt tokens since the wave's previous finish (the first: since the wave began), so that a
+        wave's records sum to its cost whichever items finish first, and a point's records to the
+        point's, however many jobs made them."""
         last: dict[int, tuple] = {}
         drivers = [_keep_last(self.bench.drive(it, engine, self.env), last, i) for i, it in enumerate(wave.items)]
         mismatches = 0
+        settings = dict(getattr(engine, "resolved", {}) or {})
+        mark = {"t": time.time(), "kept_tokens": 0, "cached_tokens": 0}
 
         def on_finish(i: int, rec: dict) -> None:
             nonlocal mismatches
             it = wave.items[i]
+            now, run = time.time(), getattr(engine, "last_run", None) or {}
+            cost = {"wall_s": round(now - mark["t"], 4)}
+            for k in ("kept_tokens", "cached_tokens"):
+                cost[k] = int(run.get(k, 0)) - mark[k]
+                mark[k] = int(run.get(k, 0))
+            mark["t"] = now
+            cost.update({"peak_rss_bytes": peak_rss_bytes(),  # host memory: not a GPU's
+                         "wave": wave.index, "job": job, "engine": settings})
             rec = dict(rec)
             rec.setdefault("degenerate", loops.is_degenerate(rec.get("text", ""), rec.get("n_gen_tokens"),
                                                              rec.get("finish_reason")))
@@ -274,18 +295,74 @@ class Loop:
                     log.warning("%s: item %s replayed in wave %d differs from its stored reply (the engine is not "
                                 "deterministic here); the stored reply is kept", self.label, it.id, wave.index)
             else:
+                rec["cost"] = cost
                 self.store.append(rec)
                 have[(it.id, rec["item_sha"], wave.key)] = rec
                 progress.finished()
-            group["items"] += 1
-            group["prompt_tokens"] += int(rec.get("n_prompt_tokens") or 0)
-            group["gen_tokens"] += int(rec.get("n_gen_tokens") or 0)
 
         engine.run(drivers, on_finish, progress.step)
-        # prompt tokens not decoded: kept by a continued request, or taken from the prefix cache
-        for k in ("kept_tokens", "cached_tokens"):
-            group[k] += int(engine.last_run.get(k, 0))
         return mismatches
+
+
+# What a record's cost adds up to, per context (the meta file's ``groups``; the score stage's
+# generation_* rows): summed where every record says it, else absent with the count that does not.
+COST_SUMS = ("seconds", "kept_tokens", "cached_tokens")
+
+
+def point_cost(records: list[dict]) -> tuple[dict, dict, list[str]]:
+    """The point's generation cost per context, summed from its records (whichever job made them), the
+    engine settings that made them per context, and a sentence per context whose records were made
+    under more than one setting (then ``engine`` lists each with its item count, not one of them).
+
+    A record stored before records carried their cost has none: the context's token counts (every
+    record has them) are summed, its seconds, reused tokens and peak memory are None and
+    ``unrecorded`` counts the records without a cost."""
+    groups: dict[int, dict] = {}
+    settings: dict[int, dict[str, list]] = {}
+    for r in records:
+        c = int(r.get("n_ctx") or 0)
+        g = groups.setdefault(c, {"items": 0, "prompt_tokens": 0, "gen_tokens": 0, "seconds": 0.0,
+                                  "kept_tokens": 0, "cached_tokens": 0, "peak_rss_bytes": 0,
+                                  "waves": set(), "jobs": set(), "unrecorded": 0})
+        g["items"] += 1
+        g["prompt_tokens"] += int(r.get("n_prompt_tokens") or 0)
+        g["gen_tokens"] += int(r.get("n_gen_tokens") or 0)
+        cost = r.get("cost")
+        if not isinstance(cost, dict):
+            g["unrecorded"] += 1
+            settings.setdefault(c, {}).setdefault(hash_obj(None), [None, 0])[1] += 1
+            continue
+        g["seconds"] += float(cost.get("wall_s") or 0.0)
+        g["kept_tokens"] += int(cost.get("kept_tokens") or 0)
+        g["cached_tokens"] += int(cost.get("cached_tokens") or 0)
+        g["peak_rss_bytes"] = max(g["peak_rss_bytes"], int(cost.get("peak_rss_bytes") or 0))
+        g["waves"].add(cost.get("wave"))
+        g["jobs"].add(cost.get("job"))
+        eng = cost.get("engine") or {}
+        settings.setdefault(c, {}).setdefault(hash_obj(eng), [eng, 0])[1] += 1
+    for g in groups.values():
+        g["waves"], g["jobs"] = len(g["waves"]), len(g["jobs"])
+        g["seconds"] = round(g["seconds"], 3)
+        if g["unrecorded"]:
+            for k in (*COST_SUMS, "peak_rss_bytes"):
+                g[k] = None
+    engines: dict[str, dict] = {}
+    differs: list[str] = []
+    for c, by in sorted(settings.items()):
+        if len(by) == 1:
+            engines[str(c)] = next(iter(by.values()))[0] or {}
+            continue
+        variants = [{"items": n, "settings": s} for s, n in by.values()]
+        keys = sorted({k for v in variants if v["settings"] for k in v["settings"]})
+        diff = [k for k in keys if len({hash_obj((v["settings"] or {}).get(k)) for v in variants}) > 1]
+        note = (f"the {sum(v['items'] for v in variants)} replies at context {c} were made under "
+                f"{len(variants)} engine settings (differing in {', '.join(diff) or 'what was recorded'}: "
+                + "; ".join(f"{v['items']} item(s) " + (", ".join(f"{k} {(v['settings'] or {}).get(k)}" for k in diff)
+                                                         if v["settings"] else "made before settings were recorded")
+                            for v in variants) + ")")
+        engines[str(c)] = {"differs": note, "variants": variants}
+        differs.append(note)
+    return {str(c): g for c, g in sorted(groups.items())}, engines, differs
 
 
 def _keep_last(driver, last: dict, i: int):

@@ -9,7 +9,9 @@ It never generates. Per point it
   scoring key and the reply's hash;
 - writes the benchmark's own rows plus the figures every task has, under one name each: failed items
   by error type, repetition loops, the generation's cost (items, tokens, seconds, peak memory, the
-  predicted KV cache, ``n_parallel``) per context.
+  predicted KV cache, ``n_parallel``) per context, of every item in the point: summed from the
+  replies' own records, so a point made by several jobs (resumed after a budget stop, or served
+  wholly from the generation store) counts them all.
 """
 
 from __future__ import annotations
@@ -164,16 +166,29 @@ def common_rows(verdicts: list[dict], gen_meta: dict, *, kv_info=None, kv: str =
                 d = sum(bool(v.get("degenerate")) for v in vs)
                 rows.append(metrics.row("degenerate_items", d, n=len(vs), n_ctx=c))
                 rows.append(metrics.row("degenerate_share", 100.0 * d / len(vs), n=len(vs), n_ctx=c))
+    # the point's cost per context, summed over its records whichever job made them
+    # (quantladder.generation.point_cost); a record stored before records carried their cost leaves
+    # the sums it lacks absent, with the count
     for c, g in sorted((gen_meta.get("groups") or {}).items(), key=lambda kv_: int(kv_[0])):
         c = int(c)
+        unrecorded = int(g.get("unrecorded") or 0)
+        why = (f"{unrecorded} of {g['items']} replies were stored before replies carried their generation cost; "
+               "delete the point's .generations.store.jsonl and rerun to measure it") if unrecorded else None
+
+        def cost_row(metric: str, value, **kw) -> dict:
+            if value is None:
+                return metrics.row(metric, None, n_ctx=c, status="absent", status_reason=why, **kw)
+            return metrics.row(metric, value, n_ctx=c, **kw)
+
         rows.append(metrics.row("generation_items", g["items"], n_ctx=c))
         rows.append(metrics.row("generation_prompt_tokens", g["prompt_tokens"], n_ctx=c))
         if "cached_tokens" in g:
-            rows.append(metrics.row("generation_reused_prompt_tokens", g["kept_tokens"] + g["cached_tokens"], n_ctx=c))
+            reused = None if g["cached_tokens"] is None else g["kept_tokens"] + g["cached_tokens"]
+            rows.append(cost_row("generation_reused_prompt_tokens", reused))
         rows.append(metrics.row("generation_output_tokens", g["gen_tokens"], n_ctx=c))
-        rows.append(metrics.row("generation_seconds", round(g["seconds"], 3), n_ctx=c))
-        if g.get("peak_rss_bytes"):
-            rows.append(metrics.row("peak_mem_bytes", g["peak_rss_bytes"], n_ctx=c, subset="rss"))
+        rows.append(cost_row("generation_seconds", None if g["seconds"] is None else round(g["seconds"], 3)))
+        if g.get("peak_rss_bytes") or unrecorded:
+            rows.append(cost_row("peak_mem_bytes", g.get("peak_rss_bytes"), subset="rss"))
         if kv_info is not None:
             k, v = parse_kv(kv)
             rows.append(metrics.row("kv_bytes_predicted", kv_info.kv_bytes(c, k, v), n_ctx=c))
