@@ -15,6 +15,7 @@ rule anchor_generate:
         "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
+        gpu=qres.gpus("anchor_generate"),
         mem_mb=16384,
         runtime=runtime_for("anchor_generate", 480),
     params:
@@ -66,6 +67,7 @@ rule tool_anchor_gate:
         "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
+        gpu=qres.gpus("tool_anchor_gate"),
         mem_mb=qres.mem_mb("inference", n_ctx=PPL_CONTEXT),
         runtime=runtime_for("tool_anchor_gate", 60),
     params:

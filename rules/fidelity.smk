@@ -23,6 +23,7 @@ rule reply_logits:
         "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
+        gpu=qres.gpus("reply_logits"),
         mem_mb=qres.mem_mb("inference"),
         # learned only from jobs timed after the replies they read were made (other replies: other work)
         runtime=qres.runtime_fixed("reply_logits", 30, config, work=("generations",)),
@@ -51,6 +52,7 @@ rule fidelity:
         "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
+        gpu=qres.gpus("fidelity"),
         mem_mb=qres.mem_mb("inference"),
         runtime=qres.runtime_fixed(
             "fidelity", 30, config, work=("generations", "reference_generations")

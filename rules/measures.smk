@@ -19,6 +19,7 @@ rule reference_logits:
         "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
+        gpu=qres.gpus("reference_logits"),
         mem_mb=get_perplexity_mem_mb("reference_logits"),
         runtime=qres.runtime_min("reference_logits", config),
     params:
@@ -43,6 +44,7 @@ rule perplexity:
         "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
+        gpu=qres.gpus("perplexity"),
         mem_mb=get_perplexity_mem_mb("inference"),
         runtime=qres.runtime_min("perplexity", config),
     params:
@@ -88,6 +90,7 @@ rule speed:
         "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
+        gpu=qres.gpus("speed"),
         mem_mb=qres.mem_mb(
             "inference",
             n_ctx=config["measures"]["speed"]["n_prompt"]
@@ -114,6 +117,7 @@ rule memory:
         "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
+        gpu=qres.gpus("memory"),
         mem_mb=qres.mem_mb("inference", n_ctx=config["measures"]["memory"]["n_ctx"]),
         runtime=qres.runtime_min("memory", config),
     params:
@@ -136,6 +140,7 @@ rule energy:
         "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
+        gpu=qres.gpus("energy"),
         mem_mb=qres.mem_mb(
             "inference",
             n_ctx=config["measures"]["energy"]["n_prompt"]

@@ -79,6 +79,7 @@ rule imatrix:
         "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
+        gpu=qres.gpus("imatrix"),
         mem_mb=qres.mem_mb("inference", n_ctx=2048),
         runtime=runtime_for("imatrix", 60),
     params:

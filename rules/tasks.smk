@@ -72,6 +72,7 @@ rule generate:
         "../envs/quantladder.yaml"
     threads: workflow.cores
     resources:
+        gpu=qres.gpus("generate"),
         mem_mb=qres.generate_mem_mb(config),
         runtime=qres.runtime_min(
             "generate", config, rule="generate", work=("item_file",)

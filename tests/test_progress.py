@@ -19,7 +19,7 @@ def _our_table(text: str) -> dict[str, tuple[int, float, str, str]]:
     start = next(i for i, ln in enumerate(lines) if ln.startswith("quantladder:") and "point-measures" in ln)
     out = {}
     for ln in lines[start + 2:]:
-        m = re.match(r"^  (\w+)\s+(\d+)\s+([\d.]+)\s+(gpu|cpu)\s+(measured|estimate)$", ln)
+        m = re.match(r"^  (\w+)\s+(\d+)\s+([\d.]+)\s+(gpu|sandbox|cpu|local)\s+(measured|estimate)$", ln)
         if not m:
             break
         out[m.group(1)] = (int(m.group(2)), float(m.group(3)), m.group(4), m.group(5))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import anchors
 from . import config as qconfig
-from . import targets, timings
+from . import resources, targets, timings
 from .measures import perplexity as qppl
 
 # Guesses (seconds) for a rule no job of which has finished here yet: SmolLM2-135M on 2 CPU cores
@@ -25,8 +25,6 @@ GUESS_S = {
     "perplexity_point": 1, "tool_anchor_gate": 60, "speed": 30, "memory": 10, "energy": 30, "generate": 120, "score": 10,
     "reply_logits": 10, "fidelity": 10,
 }
-# Where a job runs: generation and the timed measures want the accelerator of a GPU node.
-GPU_RULES = {"generate", "speed", "energy", "perplexity", "reference_logits", "imatrix", "reply_logits", "fidelity"}
 
 
 def price(rule: str, kind: str, seen: dict) -> tuple[float, str]:
@@ -97,7 +95,7 @@ def pending(cfg: dict, card: str, root: str | Path = ".") -> dict:
     for rule, kind in jobs_left(cfg, card, root):
         s, basis = price(rule, kind, seen)
         e = per_rule.setdefault(rule, {"rule": rule, "jobs": 0, "est_min": 0.0, "basis": basis,
-                                       "host": "gpu" if rule in GPU_RULES else "cpu"})
+                                       "host": resources.host(rule)})
         e["jobs"] += 1
         e["est_min"] += s / 60
         if basis == "estimate":
@@ -121,9 +119,9 @@ def summary_text(p: dict) -> str:
     lines = [f"quantladder: {p['finished']} of {p['planned']} point-measures finished; "
              f"about {p['est_min_left']:.1f} min of jobs left (one job at a time)"]
     if p["jobs_left"]:
-        lines.append(f"  {'rule':<18} {'jobs':>5} {'est. min':>9}  host  basis")
+        lines.append(f"  {'rule':<18} {'jobs':>5} {'est. min':>9}  {'host':<7}  basis")
         for e in p["jobs_left"]:
-            lines.append(f"  {e['rule']:<18} {e['jobs']:>5} {e['est_min']:>9.1f}  {e['host']:<4}  {e['basis']}")
+            lines.append(f"  {e['rule']:<18} {e['jobs']:>5} {e['est_min']:>9.1f}  {e['host']:<7}  {e['basis']}")
     return "\n".join(lines)
 
 

@@ -13,6 +13,8 @@ run, or when an input is missing, the model counts as 0 bytes and the base figur
 A retry (``--retries``) multiplies by the attempt number, so a job killed for memory or time
 asks for more the next time.
 
+Where each rule's jobs run is said here once (``HOSTS``): the rules ask for the portable ``gpu``
+resource from it, the Slurm profile gives each host its partition, and quantladder.progress shows it.
 Site details (partition, account, gres) are not here: they live in the Slurm profile.
 """
 
@@ -61,6 +63,42 @@ RUNTIME_KINDS: dict[str, tuple[float, float]] = {
 }
 
 MAX_RUNTIME_MIN = 7 * 24 * 60
+
+# Where each rule's jobs run, the one place that says it. The rules read it (``gpu=gpus(rule)``: the
+# portable resource of the snakemake-workflows convention, which an executor turns into a card),
+# profiles/slurm/config.yaml gives each host a partition and its threads without naming a rule, and
+# quantladder.progress prints it beside the jobs left. A rule named nowhere here runs on the
+# submitting host (a localrule: downloads, aggregates, reports; rules/cluster.smk).
+GPU, SANDBOX, CPU, LOCAL = "gpu", "sandbox", "cpu", "local"
+HOSTS: dict[str, str] = {
+    # Load a model onto the card: a llama.cpp context (generation, the passes, the timed measures)
+    # or one of llama.cpp's tools that runs it (llama-imatrix, llama-perplexity, llama-bench).
+    "generate": GPU, "anchor_generate": GPU, "reference_logits": GPU, "perplexity": GPU, "speed": GPU,
+    "memory": GPU, "energy": GPU, "imatrix": GPU, "reply_logits": GPU, "fidelity": GPU,
+    "tool_anchor_gate": GPU,
+    # Score the replies: model-written code (HumanEval tests, BFCL multi-turn calls) runs here, in
+    # the sandbox; no model is loaded (the anchor gates score the replies anchor_generate made).
+    "score": SANDBOX, "anchor_gate": SANDBOX,
+    # CPU work too heavy for the submitting host: GGUF files rewritten, a family's items built
+    # (RULER reads the tokenizer with every layer on the CPU: no card needed).
+    "reference_rung": CPU, "quantize": CPU, "benchmark_items": CPU,
+}
+# Clock and power readings (speed, energy): the node to themselves, nothing else running beside them
+# (energy subtracts the node's idle power).
+ALONE = frozenset({"speed", "energy"})
+
+
+def host(rule: str) -> str:
+    """Where ``rule``'s jobs run: gpu, sandbox, cpu, or local (the submitting host)."""
+    return HOSTS.get(rule, LOCAL)
+
+
+def gpus(rule: str) -> int:
+    """The ``gpu`` resource of ``rule``: 1 on the GPU host, else 0. A rule must be in ``HOSTS``."""
+    if rule not in HOSTS:
+        raise KeyError(f"rule {rule!r} asks for its gpu resource but quantladder.resources.HOSTS does not "
+                       f"place it (known: {sorted(HOSTS)})")
+    return int(HOSTS[rule] == GPU)
 
 
 def _info(input: Any) -> dict:
