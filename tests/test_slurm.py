@@ -1,4 +1,9 @@
-"""A small ladder of the embedded model on a real single-node Slurm (tests/slurm/cluster.sh).
+"""Where the jobs go on Slurm: the plan of the default run on the Slurm profile (a dry run, no
+cluster needed) puts every job that loads a model on the card's GPU partition and no other job
+there, the rules that load one read from the code (the scripts and the package), not from the
+workflow's own declaration (quantladder.resources.HOSTS).
+
+A small ladder of the embedded model on a real single-node Slurm (tests/slurm/cluster.sh).
 
 `snakemake --profile profiles/slurm` (the real profile; only the site file is the test's own)
 runs SmolLM2-135M at three rungs with perplexity+KLD and two task benchmarks (HumanEval, RULER), the scoring steps
@@ -16,6 +21,8 @@ start, the test fails with the reason: there is no skip.
 
 from __future__ import annotations
 
+import ast
+import functools
 import json
 import math
 import hashlib
@@ -31,7 +38,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"
@@ -40,13 +46,285 @@ CARD = "fakegpu"
 FAMILY = "smollm2-135m-instruct"
 RUNGS = ["F16", "Q8_0", "Q4_K_M"]
 
-# Where the profile must put each rule (the site file below names the partitions as the committed one).
-GPU_RULES = {"anchor_generate", "tool_anchor_gate", "reference_logits", "perplexity", "generate", "speed",
-             "memory"}
-SANDBOX_RULES = {"score", "anchor_gate"}
 # Rows measured with a clock or by the OS differ between any two runs.
 POINT_OUTPUT = re.compile(rf"^results/{CARD}/points/.+")
 TIMED = ("per_s", "seconds", "_s", "joules", "watts", "peak", "rss", "elapsed")
+
+
+# -- which rules load a model, read from the code --------------------------------------------------
+#
+# A rule loads a model when the script it runs reaches, through the calls that name their target
+# (functions, classes built, methods through self, functions handed on as values), llama.cpp's
+# model loader or one of llama.cpp's tools that runs a model. A call through an object (a
+# benchmark's own method) is not followed: the rules' scripts and the measures call the loaders by
+# name. A load written with every layer on the CPU (`n_gpu_layers=0`) needs no card.
+LOADS = {
+    "model": ({"llama_model_load_from_file"}, {"llama-imatrix", "llama-perplexity", "llama-bench"}),
+    # model-written code scored: the benchmark's scoring_setup checks the sandbox before anything runs
+    "sandbox": ({"scoring_setup"}, set()),
+}
+# Calls the analysis reaches that the rule never makes, each with the reason (checked below to be
+# still needed): anchor_gate's gate is handed the replies anchor_generate made (rules/anchors.smk,
+# get_anchor_generations), so anchors.evaluate never falls back to generating them in-process.
+NEVER_REACHED = {("anchor_gate", "model"): {("quantladder.anchors", "_module_runner")}}
+
+
+def rule_scripts() -> dict[str, str]:
+    """rule name -> the script it runs, from rules/*.smk."""
+    out = {}
+    for smk in sorted((REPO / "rules").glob("*.smk")):
+        for block in re.split(r"^(?=(?:rule|checkpoint) \w+:)", smk.read_text(), flags=re.M):
+            m = re.match(r"(?:rule|checkpoint) (\w+):", block)
+            script = re.search(r"^\s+script:\s*\n\s+\"([^\"]+)\"", block, re.M)
+            if m and script:
+                out[m.group(1)] = str((smk.parent / script.group(1)).resolve().relative_to(REPO))
+    return out
+
+
+def local_rules() -> set[str]:
+    """Rules that run on the submitting host (`localrules:` lists and `localrule: True`)."""
+    out = set()
+    for smk in sorted((REPO / "rules").glob("*.smk")):
+        text = smk.read_text()
+        for block in re.findall(r"^localrules:\s*\n((?:[ \t]+\w+,?\s*\n)+)", text, re.M):
+            out |= set(re.findall(r"\w+", block))
+        for block in re.split(r"^(?=(?:rule|checkpoint) \w+:)", text, flags=re.M):
+            m = re.match(r"(?:rule|checkpoint) (\w+):", block)
+            if m and re.search(r"^\s+localrule:\s*True", block, re.M):
+                out.add(m.group(1))
+    return out
+
+
+class _Code:
+    """The package and the scripts parsed: each module's top-level functions and classes, and what its
+    imports bind (function-local imports too)."""
+
+    def __init__(self):
+        self.trees: dict[str, ast.Module] = {}
+        for p in sorted((REPO / "workflow" / "quantladder").rglob("*.py")):
+            parts = p.relative_to(REPO / "workflow").with_suffix("").parts
+            self.trees[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = ast.parse(p.read_text())
+        for p in sorted((REPO / "scripts").glob("*.py")):
+            self.trees[f"scripts.{p.stem}"] = ast.parse(p.read_text())
+        self.defs = {mod: {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+                     for mod, tree in self.trees.items()}
+        self.binds: dict[str, dict[str, tuple]] = {}
+        for mod, tree in self.trees.items():
+            is_pkg = any(k.startswith(mod + ".") for k in self.trees)
+            package = mod.split(".") if is_pkg else mod.split(".")[:-1]
+            binds = self.binds[mod] = {}
+            for n in ast.walk(tree):
+                if isinstance(n, ast.Import):
+                    for a in n.names:
+                        binds[a.asname or a.name.split(".")[0]] = ("mod", a.name if a.asname else a.name.split(".")[0])
+                elif isinstance(n, ast.ImportFrom):
+                    base = ".".join(package[:len(package) - n.level + 1] + [n.module or ""]).strip(".") \
+                        if n.level else n.module
+                    for a in n.names:
+                        full = f"{base}.{a.name}"
+                        binds[a.asname or a.name] = ("mod", full) if full in self.trees else ("attr", base, a.name)
+
+    def lookup(self, mod: str, name: str, depth: int = 0):
+        """``name`` in module ``mod``: ("mod", module), ("def", module, name) or None."""
+        if depth > 5 or mod not in self.trees:
+            return None
+        if name in self.defs[mod]:
+            return ("def", mod, name)
+        if f"{mod}.{name}" in self.trees:
+            return ("mod", f"{mod}.{name}")
+        bound = self.binds[mod].get(name)
+        if bound is None and "__getattr__" in self.defs[mod]:  # a package's lazy names (PEP 562)
+            for sub in sorted(k for k in self.trees if k.rpartition(".")[0] == mod):
+                if name in self.defs[sub]:
+                    return ("def", sub, name)
+        if bound is None:
+            return None
+        return (bound if bound[1] in self.trees else None) if bound[0] == "mod" \
+            else self.lookup(bound[1], bound[2], depth + 1)
+
+    def resolve(self, mod: str, expr: ast.AST):
+        if isinstance(expr, ast.Name):
+            return self.lookup(mod, expr.id)
+        if isinstance(expr, ast.Attribute):
+            base = self.resolve(mod, expr.value)
+            if base and base[0] == "mod":
+                return self.lookup(base[1], expr.attr)
+            if base and self.is_class(base):
+                return self.method(base[1], base[2], expr.attr)
+        return None
+
+    def is_class(self, target) -> bool:
+        return bool(target) and target[0] == "def" and isinstance(self.node(target[1], target[2]), ast.ClassDef)
+
+    def mro(self, mod: str, cls: str, depth: int = 0) -> list[tuple[str, str]]:
+        out = [(mod, cls)]
+        for base in self.defs[mod][cls].bases if depth < 10 else ():
+            r = self.resolve(mod, base)
+            if self.is_class(r):
+                out += self.mro(r[1], r[2], depth + 1)
+        return out
+
+    def method(self, mod: str, cls: str, name: str):
+        for m, c in self.mro(mod, cls):
+            if any(isinstance(n, ast.FunctionDef) and n.name == name for n in self.defs[m][c].body):
+                return ("def", m, f"{c}.{name}")
+        return None
+
+    def node(self, mod: str, qual: str) -> ast.AST:
+        top, _, meth = qual.partition(".")
+        n = self.defs[mod][top]
+        return next(x for x in n.body if getattr(x, "name", None) == meth) if meth else n
+
+
+def _rule_is(test: ast.AST, rule: str):
+    """``smk.rule == "x"`` (or !=) decided for ``rule`` (one script serves several rules); None for
+    any other test."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq)):
+        sides = [test.left, test.comparators[0]]
+        names = [x.value for x in sides if isinstance(x, ast.Constant) and isinstance(x.value, str)]
+        if names and any(isinstance(x, ast.Attribute) and x.attr == "rule" for x in sides):
+            return (names[0] == rule) == isinstance(test.ops[0], ast.Eq)
+    return None
+
+
+class _Reach(ast.NodeVisitor):
+    """One function's (or a script's top level's) outgoing edges and the loads it makes itself."""
+
+    def __init__(self, code: _Code, mod: str, cls: str | None, rule: str | None):
+        self.code, self.mod, self.cls, self.rule = code, mod, cls, rule
+        self.edges: set[tuple[str, str]] = set()
+        self.loads: dict[str, str] = {}  # kind -> what
+
+    def body(self, stmts) -> None:
+        for st in stmts:
+            taken = _rule_is(st.test, self.rule) if isinstance(st, ast.If) and self.rule else None
+            if taken is None:
+                self.visit(st)
+                continue
+            branch = st.body if taken else st.orelse
+            self.body(branch)
+            if branch and isinstance(branch[-1], (ast.Return, ast.Raise)):
+                return
+
+    def visit_FunctionDef(self, n):  # a nested function: part of its parent's reach
+        self.body(n.body)
+
+    def visit_IfExp(self, n):
+        taken = _rule_is(n.test, self.rule) if self.rule else None
+        if taken is None:
+            self.generic_visit(n)
+        else:
+            self.visit(n.body if taken else n.orelse)
+
+    def _function(self, target) -> None:
+        if target and target[0] == "def" and not self.code.is_class(target):
+            self.edges.add((target[1], target[2]))
+
+    def visit_Call(self, n):
+        # `n_gpu_layers=0` written out, in the call or in a call it is handed (its settings): every
+        # layer stays on the CPU, the model never reaches a card; only its arguments are followed
+        calls = [n, *(a for a in [*n.args, *(k.value for k in n.keywords)] if isinstance(a, ast.Call))]
+        if any(k.arg in ("n_gpu_layers", "gpu_layers") and isinstance(k.value, ast.Constant) and k.value.value == 0
+               for c in calls for k in c.keywords):
+            for a in [*n.args, *n.keywords]:
+                self.visit(a)
+            return
+        target = self.code.resolve(self.mod, n.func)
+        if self.code.is_class(target):  # built: its constructors, up its bases
+            for m, c in self.code.mro(target[1], target[2]):
+                for name in ("__init__", "__post_init__", "__enter__"):
+                    self._function(self.code.method(m, c, name))
+        self.generic_visit(n)
+
+    def visit_Name(self, n):
+        self._function(self.code.resolve(self.mod, n))
+
+    def visit_Attribute(self, n):
+        for kind, (attrs, _) in LOADS.items():
+            if n.attr in attrs:
+                self.loads.setdefault(kind, f"calls {n.attr}")
+        if self.cls and isinstance(n.value, ast.Name) and n.value.id in ("self", "cls"):
+            self._function(self.code.method(self.mod, self.cls, n.attr))
+        target = self.code.resolve(self.mod, n)
+        if target:
+            self._function(target)
+        else:
+            self.generic_visit(n)
+
+    def visit_Constant(self, n):
+        for kind, (_, tools) in LOADS.items():
+            if n.value in tools:
+                self.loads.setdefault(kind, f"runs {n.value}")
+
+
+@functools.cache
+def _code() -> _Code:
+    return _Code()
+
+
+def rules_that(kind: str, cut: dict | None = None) -> dict[str, list[str]]:
+    """rule -> the chain of calls by which its script does ``kind`` (a key of LOADS); rules that do not
+    are absent. ``cut``: {(rule, kind): nodes} not followed for that rule."""
+    code = _code()
+    memo: dict[tuple, _Reach] = {}
+
+    def reach(mod: str, qual: str, rule: str) -> _Reach:
+        key = (mod, qual, rule if mod.startswith("scripts.") else None)
+        if key not in memo:
+            r = _Reach(code, mod, qual.partition(".")[0] if "." in qual else None, key[2])
+            if qual == "<module>":
+                r.body([st for st in code.trees[mod].body if not isinstance(st, (ast.FunctionDef, ast.ClassDef))])
+            else:
+                r.body(code.node(mod, qual).body)
+            memo[key] = r
+        return memo[key]
+
+    out = {}
+    for rule, script in rule_scripts().items():
+        skip = (cut or {}).get((rule, kind), set())
+        root = (f"scripts.{Path(script).stem}", "<module>")
+        parent: dict = {root: None}
+        queue = [root]
+        while queue:
+            node = queue.pop(0)
+            r = reach(*node, rule)
+            if kind in r.loads:
+                chain = [r.loads[kind]]
+                while node:
+                    chain.append(f"{node[0]}:{node[1]}")
+                    node = parent[node]
+                out[rule] = chain[::-1]
+                break
+            for e in sorted(r.edges - set(parent) - skip):
+                parent[e] = node
+                queue.append(e)
+    return out
+
+
+def _dry_run_jobs(text: str) -> list[dict]:
+    """Each job a dry run lists: its rule and resources (``resources: k=v, ...``)."""
+    jobs = []
+    for block in re.split(r"\n(?=[ \t]*(?:local)?(?:rule|checkpoint) \w+:)", text):  # grouped jobs: indented
+        m = re.match(r"(?:local)?(?:rule|checkpoint) (\w+):", block.strip())
+        if not m:
+            continue
+        res = re.search(r"^\s+resources: (.*)$", block, re.M)
+        jobs.append({"rule": m.group(1), "resources": dict(kv.split("=", 1) for kv in res.group(1).split(", "))
+                     if res else {}, "jobid": (re.search(r"jobid: (\S+)", block) or [None, None])[1]})
+    return jobs
+
+
+def _progress_hosts(text: str) -> dict[str, str]:
+    """rule -> host, from the table of jobs left that rules/common.smk prints in a dry run."""
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("quantladder:") and "point-measures" in ln)
+    out = {}
+    for ln in lines[start + 2:]:
+        m = re.match(r"^  (\w+)\s+\d+\s+[\d.]+\s+(\w+)\s+(?:measured|estimate)$", ln)
+        if not m:
+            break
+        out[m.group(1)] = m.group(2)
+    return out
 
 
 def _sh(*args, timeout=120, check=True, **kw) -> subprocess.CompletedProcess:
@@ -197,6 +475,56 @@ def _close(a, b) -> bool:
     return a == b
 
 
+def test_every_job_that_loads_a_model_goes_to_the_gpu_partition(tmp_path):
+    """The default run's plan on the Slurm profile (a dry run: no cluster, nothing submitted), with a
+    site whose partitions all have names of their own: every job whose rule's script loads a model
+    (read from the code: rules_that) asks for the card's partition and a GPU of its type, and no other
+    job goes there or asks for a GPU; scoring goes to the sandbox partition, the rest to the cpu one;
+    the table of jobs left (quantladder.progress) names the same hosts."""
+    loaders = rules_that("model", NEVER_REACHED)
+    scorers = rules_that("sandbox", NEVER_REACHED)
+    for rule, kind in NEVER_REACHED:  # each exception still stands for a path the analysis finds
+        assert rule in rules_that(kind) and rule not in (loaders if kind == "model" else scorers), (rule, kind)
+    local = local_rules()
+    site = yaml.safe_load((REPO / "profiles" / "slurm" / "site.yaml").read_text())
+    site.update(card="h100-80gb", cards={"h100-80gb": {"partition": "gpu-h100", "gpu_model": "h100"}},
+                partitions={"gpu": "gpu-other", "sandbox": "sandbox-bwrap", "cpu": "cpu-general"})
+    (tmp_path / "site.yaml").write_text(yaml.safe_dump(site))
+    wd = tmp_path / "plan"
+    wd.mkdir()
+    proc = _sh(SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--profile", str(REPO / "profiles" / "slurm"),
+               "--dry-run", cwd=wd, env=_env(tmp_path / "site.yaml"), timeout=300)
+    text = proc.stdout + proc.stderr
+    jobs = _dry_run_jobs(text)
+    planned = {j["rule"] for j in jobs}
+    # the default run plans every rule that loads a model or scores in the sandbox: none goes unchecked
+    assert set(loaders) | set(scorers) <= planned, (sorted((set(loaders) | set(scorers)) - planned), text[-3000:])
+
+    for j in jobs:
+        rule, res = j["rule"], j["resources"]
+        where = f"job {j['jobid']} of rule {rule} (resources {res})"
+        if rule in loaders:
+            how = " -> ".join(loaders[rule])
+            assert rule not in local, f"{where} loads a model ({how}) on the submitting host"
+            assert res.get("slurm_partition") == "gpu-h100", f"{where} loads a model ({how}) off the card's partition"
+            assert res.get("gpu") == "1" and res.get("gpu_model") == "h100", f"{where} loads a model without a GPU"
+            continue
+        assert res.get("gpu") in (None, "0") and "gpu_model" not in res, f"{where} asks for a GPU it does not use"
+        if rule in local:
+            continue
+        want = "sandbox-bwrap" if rule in scorers else "cpu-general"
+        assert res.get("slurm_partition") == want, f"{where} should run on {want}"
+
+    hosts = _progress_hosts(text)
+    assert hosts, text[-3000:]
+    for rule, host in hosts.items():
+        want = ("gpu" if rule in loaders else "sandbox" if rule in scorers else "local" if rule in local
+                else "cpu")
+        assert host == want, f"the table of jobs left says {rule} runs on {host}, its jobs go to {want}"
+
+
+@pytest.mark.slurm  # needs the cluster (tests/slurm/cluster.sh)
+@pytest.mark.slow
 def test_bare_profile_name_resolves_from_the_repository_root(cluster, tmp_path):
     """`snakemake --profile slurm`, as the design card writes it, from the repository root."""
     wd = _workdir(tmp_path, "plan")
@@ -206,6 +534,8 @@ def test_bare_profile_name_resolves_from_the_repository_root(cluster, tmp_path):
     assert "perplexity" in text and f"results/{CARD}/points/{FAMILY}" in text, text[-3000:]
 
 
+@pytest.mark.slurm  # needs the cluster (tests/slurm/cluster.sh)
+@pytest.mark.slow
 def test_ladder_on_slurm(cluster, tmp_path):
     site = _site(tmp_path)
     cfg = test_config()
@@ -260,6 +590,7 @@ def test_ladder_on_slurm(cluster, tmp_path):
     assert (wd / "results" / CARD / "report.html").exists()
 
     # 3. Every measuring job was a Slurm job on its partition (gres: the fake GPUs).
+    loaders, scorers = rules_that("model", NEVER_REACHED), rules_that("sandbox", NEVER_REACHED)
     jobs = _slurm_jobs()
     by_rule: dict[str, list[dict]] = {}
     for j in jobs:
@@ -267,16 +598,16 @@ def test_ladder_on_slurm(cluster, tmp_path):
     ran = set(by_rule)
     assert "perplexity" in ran and len(by_rule["perplexity"]) >= 1, jobs
     def is_scoring(j):  # a group job of scoring rules is named rule_scoring_<its rules>
-        return j["rule"] in SANDBOX_RULES or (j["rule"] or "").startswith("scoring")
+        return j["rule"] in scorers or (j["rule"] or "").startswith("scoring")
 
     for j in jobs:
-        if j["rule"] in GPU_RULES:
+        if j["rule"] in loaders:
             assert j["partition"] == "gpu" and "gpu" in j["gres"], j
         elif is_scoring(j):
             assert j["partition"] == "sandbox" and "gpu" not in j["gres"], j
     assert any(is_scoring(j) and j["partition"] == "sandbox" for j in jobs), \
         f"no scoring job ran on the sandbox partition: {jobs}"
-    assert all(j["state"] == "COMPLETED" for j in jobs if j["rule"] in GPU_RULES or is_scoring(j)), jobs
+    assert all(j["state"] == "COMPLETED" for j in jobs if j["rule"] in loaders or is_scoring(j)), jobs
 
     # 4. The same ladder on one machine gives the same figures.
     wl = _workdir(tmp_path, "local")
@@ -295,6 +626,8 @@ def test_ladder_on_slurm(cluster, tmp_path):
     print(f"slurm: {slurm_s:.0f} s (kill + rerun), {len(jobs)} Slurm jobs; local: {local_s:.0f} s")
 
 
+@pytest.mark.slurm  # needs the cluster (tests/slurm/cluster.sh)
+@pytest.mark.slow
 def test_budget_reads_the_slurm_time_limit(cluster, tmp_path):
     """Inside a Slurm job with --time=5, the budget's deadline comes from squeue's time left."""
     out = tmp_path / "budget.txt"
