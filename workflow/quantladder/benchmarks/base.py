@@ -26,10 +26,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generator
 
-from .. import schemas
+from .. import REPO_ROOT, schemas
 from ..engine import Generation, Request
 from ..errors import ConfigError, DataError
 from ..io import ITEMS, JsonlFile, verify_sha256
+
+
+def record_path(path) -> str:
+    """A data file's path as a source record (``source.json``) keeps it: relative to the working
+    directory when the file lies under it (the checkout's config/tasks/, its .venv's package data,
+    resources/), else relative to the repository when it lies there, else absolute (a file elsewhere,
+    the hub's cache). A copied or moved checkout then reads its own files, not the original's
+    (``data_path`` reads it back)."""
+    p = Path(path).expanduser().resolve()
+    for root in (Path.cwd().resolve(), REPO_ROOT):
+        try:
+            return str(p.relative_to(root))
+        except ValueError:
+            continue
+    return str(p)
+
+
+def data_path(recorded) -> Path:
+    """A path from a source record: absolute as it is; relative, under the working directory where it
+    is there, else under the repository (``record_path``'s two roots, in its order)."""
+    p = Path(recorded).expanduser()
+    if p.is_absolute() or p.exists() or not (REPO_ROOT / p).exists():
+        return p
+    return REPO_ROOT / p
 
 
 @dataclass(frozen=True)
@@ -171,7 +195,8 @@ class Benchmark:
         """Every pinned data file still has the bytes its record names (before items are built, replies
         generated or verdicts given from it)."""
         for path, digest in self.pinned_files(source).items():
-            if not Path(path).is_file():
+            path = data_path(path)
+            if not path.is_file():
                 raise DataError(f"{path}: missing ({record_path} pins it); delete {record_path} and run snakemake "
                                 "again to fetch the data again")
             verify_sha256(path, digest, what=f"{self.name} data file", recorded_in=record_path)

@@ -12,7 +12,7 @@ import math
 
 from ... import metrics
 from ...metrics import Metric
-from ..base import Benchmark, Item
+from ..base import Benchmark, Item, data_path, record_path
 from . import data, prompts
 from .data import Item as CodeItem
 from .extract import extract_code
@@ -120,7 +120,11 @@ class HumanEval(_CodeSuite):
 
     def fetch_source(self, dest):
         return {**data.suite_info("humaneval", self.settings),
-                "path": str(self.settings.get("path") or data.humaneval_file())}
+                "path": record_path(self.settings.get("path") or data.humaneval_file())}
+
+    def _load_settings(self, source):
+        # the file the source record pins (verify_source checked its bytes), from this checkout
+        return {**self.settings, "path": str(data_path(source["path"]))}
 
 
 class BigCodeBenchHard(_CodeSuite):
@@ -130,8 +134,9 @@ class BigCodeBenchHard(_CodeSuite):
     scoring_env = "envs/bigcodebench-eval.txt"  # the pinned requirements of the sandbox's interpreter
 
     def fetch_source(self, dest):
-        return {**data.bcb_info(self.settings["source"]), "path": str(data.resolve_bcb_source(self.settings["source"]))}
+        return {**data.bcb_info(self.settings["source"]),
+                "path": record_path(data.resolve_bcb_source(self.settings["source"]))}
 
     def _load_settings(self, source):
         # the file the source rule fetched (and pinned by its sha256), not a second download
-        return {**self.settings, "source": {"path": source["path"]}}
+        return {**self.settings, "source": {"path": str(data_path(source["path"]))}}

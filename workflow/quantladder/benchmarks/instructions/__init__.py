@@ -22,7 +22,7 @@ from ... import metrics
 from ...errors import DataError, QuantladderError
 from ...io import sha256_file
 from ...metrics import Metric
-from ..base import Benchmark, Item
+from ..base import Benchmark, Item, data_path, record_path
 from . import data, verify
 
 INSTRUCTIONS_VERSION = "instructions-1"  # how a prompt becomes a request: bump when that changes (regenerates)
@@ -76,14 +76,20 @@ class _Instructions(Benchmark):
         dest = Path(dest)
         path, origin = data.prompt_file(self.settings.get("source") or {}, self.where)
         nltk = data.materialize_nltk(self.settings.get("nltk_data"), dest, self.where)
-        return {"name": self.name, "version": origin["version"], "origin": origin, "path": str(path),
+        # every path relative to the working directory where it lies there: a moved checkout reads its own
+        nltk["root"] = record_path(nltk["root"])
+        for rec in (nltk.get("origin") or {}, origin):
+            if "path" in rec:
+                rec["path"] = record_path(rec["path"])
+        return {"name": self.name, "version": origin["version"], "origin": origin, "path": record_path(path),
                 "sha256": sha256_file(path), "nltk": nltk}
 
     def build_items(self, source, *, reference_gguf=None, family=None, threads=1, log=None):
-        if sha256_file(source["path"]) != source["sha256"]:
-            raise DataError(f"{source['path']}: sha256 differs from the source record; rerun the source rule")
-        reg = verify.registry(self.suite, source["nltk"]["root"])
-        records = data.read_prompts(source["path"], reg)
+        path = data_path(source["path"])
+        if sha256_file(path) != source["sha256"]:
+            raise DataError(f"{path}: sha256 differs from the source record; rerun the source rule")
+        reg = verify.registry(self.suite, str(data_path(source["nltk"]["root"])))
+        records = data.read_prompts(path, reg)
         missing = set(source["nltk"]["missing"])
         kept, dropped = [], defaultdict(int)
         for r in records:
@@ -117,7 +123,7 @@ class _Instructions(Benchmark):
         return {"verifier": f"if-verifiable {_verifier_version()}"}
 
     def verdicts(self, items, generations, ctx):
-        reg = verify.registry(self.suite, ctx.source["nltk"]["root"])
+        reg = verify.registry(self.suite, str(data_path(ctx.source["nltk"]["root"])))
         out = []
         for it in items:
             if it.id not in generations:

@@ -22,7 +22,7 @@ from functools import cached_property
 from ... import metrics
 from ...errors import DataError
 from ...metrics import Metric
-from ..base import Benchmark, Item
+from ..base import Benchmark, Item, data_path
 from . import checks as C
 from . import taskfile
 
@@ -94,7 +94,7 @@ class Tasks(Benchmark):
         return {source["path"]: source["sha256"]} if source.get("hf") else {}
 
     def _file(self, source: dict) -> taskfile.TaskFile:
-        tf = taskfile.read(source["path"], source.get("format", "auto"), self.settings["limit"])
+        tf = taskfile.read(data_path(source["path"]), source.get("format", "auto"), self.settings["limit"])
         self.check_read(tf.path, {"prompts_sha256": tf.prompts_sha256, "checks_sha256": tf.checks_sha256})
         return tf
 

@@ -300,7 +300,11 @@ def read(path: str | Path, fmt: str = "auto", limit: int | None = None) -> TaskF
 def source_record(path: Path, fmt: str, hf: dict | None, prompts_sha256: str | None = None) -> dict:
     """What the source rule pins: where the file is, and its identity. A hub file is fixed by its
     revision: its bytes' sha256. A local file is re-read by the score rule for its checks (their
-    digest is in the scoring key), so what this record pins is the digest of its prompt half."""
-    return {"name": "tasks", "path": str(path.resolve()), "format": format_of(path, fmt), "hf": hf,
+    digest is in the scoring key), so what this record pins is the digest of its prompt half. The path
+    is kept relative to the working directory where it can be (``base.record_path``): a copied
+    checkout reads its own file."""
+    from ..base import record_path  # (base imports the engine: not at this module's import)
+
+    return {"name": "tasks", "path": record_path(path), "format": format_of(path, fmt), "hf": hf,
             "version": (hf or {}).get("revision") or path.name,
             "sha256": prompts_sha256 or sha256_file(path)}

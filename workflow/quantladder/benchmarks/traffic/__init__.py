@@ -22,7 +22,7 @@ from ... import metrics
 from ...errors import DataError
 from ...metrics import Metric
 from ...models import hub_file
-from ..base import Benchmark, Item
+from ..base import Benchmark, Item, data_path, record_path
 from ..tasks import prompt_text
 from ..tasks.taskfile import format_of, resolve_path
 from . import trafficfile
@@ -86,12 +86,12 @@ class Traffic(Benchmark):
         else:
             raise DataError("benchmarks.traffic.source: give `path:` (a local file) or `hf:` (a hub dataset)")
         tf = self._read(path)  # a hub file is checked line by line before anything runs, as a local one
-        return {"name": "traffic", "path": str(path.resolve()), "format": format_of(path, self.settings["format"]),
+        return {"name": "traffic", "path": record_path(path), "format": format_of(path, self.settings["format"]),
                 "hf": hf, "version": (hf or {}).get("revision") or path.name,
                 "sha256": sha or tf.prompts_sha256 + tf.logged_sha256, "n_conversations": len(tf.items)}
 
     def build_items(self, source, *, reference_gguf=None, family=None, threads=1, log=None):
-        tf = self._read(source["path"])
+        tf = self._read(data_path(source["path"]))
         self.check_read(tf.path, {"prompts_sha256": tf.prompts_sha256, "logged_sha256": tf.logged_sha256})
         items = [Item(id=c.id, subset=c.subset, data={"prompt": [dict(m) for m in c.prompt]},
                       answer={"logged": c.logged}) for c in tf.items]
