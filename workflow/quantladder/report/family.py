@@ -74,13 +74,24 @@ def values_table(df: pd.DataFrame, family: str, benchmark: str) -> str:
                   "paired Δ vs the reference · verdict", "status"], rows, f"table-values-{family}-{benchmark}", classes)
 
 
+def third_party_flag(provenance) -> str:
+    """Beside a rung's name: where its file comes from when it was not made here (the dataset's
+    ``provenance``; a difference from the reference that the config accepted is marked)."""
+    if isnan(provenance) or not str(provenance).startswith("third party"):
+        return ""
+    warn = "differs from the reference" in str(provenance)
+    return (f' <small class="provenance{" warn" if warn else ""}" data-provenance="{esc(provenance)}">'
+            f"({esc(provenance)})</small>")
+
+
 def rungs_table(df: pd.DataFrame, family: str, pending: Pending | None = None) -> str:
     """Per rung: what the file is — its own file type, bits per weight, size, the importance matrix and
     the recipe it was made with, and the share of its parameters per tensor type (the dataset's rung
     identity columns); on a partial run, the rungs the run still lacks after them, not measured yet."""
     fam = df[df["family"] == family]
     pts = dv.point_table(fam).drop_duplicates("rung")
-    ident = fam.groupby("rung", dropna=False)[["file_type", "tensor_mix", "imatrix", "recipe"]].first()
+    cols = ["file_type", "tensor_mix", "imatrix", "recipe"] + (["provenance"] if "provenance" in fam.columns else [])
+    ident = fam.groupby("rung", dropna=False)[cols].first()
     rows = []
     for _, p in pts.iterrows():
         i = ident.loc[p["rung"]] if p["rung"] in ident.index else pd.Series(dtype=object)
@@ -89,7 +100,8 @@ def rungs_table(df: pd.DataFrame, family: str, pending: Pending | None = None) -
             v = i.get(c)
             return none if isnan(v) or v == "" else esc(v)
 
-        rows.append([esc(p["rung"]) + (" <small>(reference)</small>" if p["is_reference"] else ""),
+        rows.append([esc(p["rung"]) + (" <small>(reference)</small>" if p["is_reference"] else "")
+                     + third_party_flag(i.get("provenance")),
                      val("file_type", "not recorded"),
                      "—" if isnan(p["bits_per_weight"]) else f"{p['bits_per_weight']:.2f} bits",
                      esc(dv.fmt_bytes(p["file_bytes"])), val("imatrix", "none"), val("recipe", "none"),

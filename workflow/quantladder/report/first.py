@@ -307,7 +307,24 @@ def first_screen(F: Figures, fam: pd.DataFrame, family: str, card: str, ctx: int
         if bad:
             words += (f'<p class="warn disagree" data-family="{esc(family)}">The walk and the dataset disagree on the '
                       "same figures: " + "; ".join(esc(b) for b in bad) + ".</p>")
+    words += converted_elsewhere(fam, family)
     return words, chart(F, family, fam, parts, r)
+
+
+def converted_elsewhere(fam: pd.DataFrame, family: str) -> str:
+    """A warning under the sentence naming the family's third-party rungs whose differences from the
+    reference the config accepted (the dataset's ``provenance``): their figures measure the conversion
+    as well as the bits (docs/ladder.md, "Third-party files")."""
+    if "provenance" not in fam.columns:
+        return ""
+    flagged = fam[fam["provenance"].fillna("").str.contains("differs from the reference")]
+    if flagged.empty:
+        return ""
+    rungs = flagged.groupby("rung")["provenance"].first()
+    named = "; ".join(f"{esc(r)}: {esc(p.split(': ', 1)[-1])}" for r, p in rungs.items())
+    return (f'<p class="warn provenance" data-family="{esc(family)}">Third-party files measured with differences '
+            f"from the reference that the config accepts ({named}): their figures measure the conversion as well "
+            "as the bits (docs/ladder.md, \"Third-party files\").</p>")
 
 
 def first_screens(F: Figures, d: pd.DataFrame, card: str, ctx: int, finds) -> str:

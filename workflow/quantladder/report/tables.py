@@ -150,7 +150,8 @@ def manifest_section(df: pd.DataFrame, card: str) -> str:
             "card_name", "measured_at"]
     g = df.groupby(dv.POINT + ["benchmark"], dropna=False).agg(
         {**{c: "first" for c in cols}, "status": qstatus.worst,
-         "status_reason": lambda s: "; ".join(sorted(set(x for x in s if x))),
+         # a missing reason reads as NaN where pandas stores strings as its str dtype
+         "status_reason": lambda s: "; ".join(sorted(set(x for x in s if isinstance(x, str) and x))),
          "bits_per_weight": "max"}).reset_index()
     g = g.sort_values(["family", "bits_per_weight", "kv", "benchmark"], ascending=[True, False, True, True])
     rows, classes = [], []

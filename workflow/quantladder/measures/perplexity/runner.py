@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ... import corpora, metrics, models
+from ... import corpora, metrics, models, provenance
 from ...budget import BudgetReached
 from ...card import check_same_card
 from ...engine import RawContext
@@ -24,6 +24,10 @@ from .stats import metric_rows, overlap_rows, summarize
 from .store import LOG_PROB_FLOOR, Checkpoint, Layout, ReferenceReader, ReferenceWriter, checkpoint_path, quantize_rows
 
 log = logging.getLogger(__name__)
+
+# The headline figures against the reference, written as absent with the reason where they are refused
+# (a third party's file whose tokens are not the reference's: quantladder.provenance.refusal).
+REFUSED_METRICS = ("ppl_ratio", "ln_ppl_ratio", "kld_mean", "delta_p_mean", "same_top_token")
 
 
 # -- the corpus's tokens -------------------------------------------------------------------------
@@ -356,7 +360,10 @@ def measure_pass(pt, corpus: str, ctx_label: str, *, corpus_file: str, corpus_in
     proto = protocol(settings, info.get("n_ctx_train"), source=pt.model_path)
     kind = "chat" if corpora.is_chat(settings["source"]) else "text"
     text, parse_special = corpora.text_for_model(corpus_file, kind, pt.model_path)
-    reader = ReferenceReader(reference) if reference else None
+    # a third party's file whose tokens, or chat text, are not the reference's: a divergence from the
+    # reference's distributions means nothing, so it is refused with the reason (quantladder.provenance)
+    refused = provenance.refusal(pt.model_record, kind) if reference else None
+    reader = ReferenceReader(reference) if reference and not refused else None
     with RawContext(pt.model_path, n_ctx=proto.context_tokens, n_batch=proto.batch_tokens, n_seq_max=proto.n_seq,
                     kv=pt.kv, n_threads=pt.threads, n_gpu_layers=pt.config.get("gpu_layers", 0),
                     flash_attn=pt.config.get("flash_attn")) as ctx:
@@ -367,6 +374,9 @@ def measure_pass(pt, corpus: str, ctx_label: str, *, corpus_file: str, corpus_in
         calibrations = _calibrations(ctx, calibration, calibration_files, vocab)
     s = summarize(res)
     rows = metric_rows(s, proto.n_ctx, subset=corpus)
+    if refused:
+        rows += [metrics.row(m, None, n_ctx=proto.n_ctx, subset=corpus, status="absent", status_reason=refused)
+                 for m in REFUSED_METRICS]
     ov = settings["overlap"]
     ov_rows, ov_records = overlap_rows(res["tokens"], calibrations, corpus=corpus, n_ctx=proto.n_ctx,
                                        ngram=ov["ngram"], flag_pct=ov["flag_pct"])
@@ -377,6 +387,8 @@ def measure_pass(pt, corpus: str, ctx_label: str, *, corpus_file: str, corpus_in
             "n_ctx": proto.n_ctx, "context": ctx_label, "n_batch": proto.n_batch, "calibration_overlap": ov_records}
     if reader is not None:
         data["reference_logits"] = read_json(Path(reference).with_suffix(".json"))
+    elif refused:
+        data["reference_refused"] = refused
     peak = peak_rss_bytes()
     log.info("%s: PPL %.4f, %d tokens scored in %.1f s, peak RSS %.0f MiB", pass_name(corpus, ctx_label),
              s["ppl"], s["n_tokens"], res["seconds"], peak / 2**20)

@@ -1,0 +1,119 @@
+"""Third-party files through the real workflow (issue 44): one Snakemake run of the default config made
+small, whose family has three prebuilt rungs given as local paths, each the embedded SmolLM2 file with
+one change written with the `gguf` package (tests/provenance_util.py):
+
+- ``Q4_1-merge``: two merges swapped, accepted by key: measured, its PPL present, its KLD and PPL
+  ratio absent with the reason (its tokens are not the reference's tokens);
+- ``Q4_1-chat``: another default system prompt in its chat template, accepted by group: its chat
+  exam (arithmetic, two items) runs and every row of the rung carries the flag, in the dataset and
+  beside the rung in the report;
+- ``Q4_1-eos``: another EOS id, not accepted: its acquire job fails with a message that names the key
+  and both values, and nothing of it is measured.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+import provenance_util as pu
+from pipeline_util import small_config, snakemake, write_config
+
+from quantladder import aggregate, card, dataset, report
+
+pytestmark = pytest.mark.slow
+FAMILY = "smollm2-135m-instruct"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, smollm_source):
+    work = tmp_path_factory.mktemp("provenance-pipeline")
+    hub = pu.write_all(smollm_source, work / "hub", only=("merge", "template", "eos"))
+    cfg = small_config(rungs=())
+    for m in ("speed", "memory", "energy"):
+        cfg["measures"][m]["enabled"] = False
+    fam = cfg["families"][FAMILY]
+    fam["prebuilt"] = {
+        "Q4_1-merge": {"source": {"path": str(hub["merge"])}, "accept": ["tokenizer.ggml.merges"]},
+        "Q4_1-chat": {"source": {"path": str(hub["template"])}, "accept": ["chat_template"]},
+        "Q4_1-eos": {"source": {"path": str(hub["eos"])}},
+    }
+    fam["task_rungs"] = ["Q4_1-chat"]
+    cfg["benchmarks"]["arithmetic"].update(enabled=True, generated={"seed": 1, "kinds": ["plain"], "levels": [1],
+                                                                    "per_level": 2})
+    label = card.label()
+    pts = f"results/{label}/points/{FAMILY}"
+    targets = {"merge": f"{pts}/Q4_1-merge/f16/perplexity/metrics.json",
+               "chat_ppl": f"{pts}/Q4_1-chat/f16/perplexity/metrics.json",
+               "chat_exam": f"{pts}/Q4_1-chat/f16/arithmetic/metrics.json",
+               "eos": f"resources/models/{FAMILY}/prebuilt/Q4_1-eos.gguf.json"}
+    r = snakemake(work, "--keep-going", *targets.values(), config=write_config(work, cfg), check=False)
+    return work, label, targets, r
+
+
+def _metrics(work, path) -> dict:
+    return json.loads((work / path).read_text())
+
+
+def test_an_unaccepted_difference_fails_the_acquire_job_naming_it(run):
+    work, label, targets, r = run
+    assert r.returncode != 0  # the one job that had to fail did
+    log = (work / f"logs/acquire_prebuilt/{FAMILY}/Q4_1-eos.log").read_text()
+    for text in (log, r.stdout + r.stderr):
+        assert "tokenizer.ggml.eos_token_id (tokenizer): the reference has 2, this file 3" in text
+    assert f"families.{FAMILY}.prebuilt.Q4_1-eos.accept" in log
+    # nothing of it is left to measure, and nothing was measured
+    assert not (work / f"resources/models/{FAMILY}/prebuilt/Q4_1-eos.gguf").exists()
+    assert not (work / targets["eos"]).exists()
+    assert not (work / f"results/{label}/points/{FAMILY}/Q4_1-eos").exists()
+    # the other rungs went on (--keep-going) and are measured
+    for t in ("merge", "chat_ppl", "chat_exam"):
+        assert (work / targets[t]).exists(), r.stderr[-4000:]
+
+
+def test_a_tokenizer_accepted_keeps_ppl_and_refuses_kld_with_the_reason(run):
+    work, _, targets, _ = run
+    m = _metrics(work, targets["merge"])
+    rows = {r["metric"]: r for r in m["rows"]}
+    assert rows["ppl"]["value"] > 1 and "status" not in rows["ppl"]  # PPL itself is the file's own figure
+    for metric in ("kld_mean", "ppl_ratio", "same_top_token"):
+        assert rows[metric]["value"] is None and rows[metric]["status"] == "absent"
+        assert "tokenizer.ggml.merges" in rows[metric]["status_reason"]
+        assert "other tokens" in rows[metric]["status_reason"]
+    assert "ppl_base" not in rows  # nothing against the reference was computed
+    prov = m["manifest"]["model"]["provenance"]
+    assert prov["differs_in"] == ["tokenizer"] and prov["accepted"] == ["tokenizer.ggml.merges"]
+    assert prov["tokens_differ"] == ["tokenizer.ggml.merges"]
+    assert prov["reference"]["sha256"] and len(prov["reference"]["sha256"]) == 64
+    # the sidecar the acquire job wrote (the gate ran before the pass) is what the manifest carries
+    sidecar = json.loads((work / f"resources/models/{FAMILY}/prebuilt/Q4_1-merge.gguf.json").read_text())
+    assert sidecar["provenance"] == prov
+
+
+def test_a_template_accepted_flags_every_row_of_the_rung(run):
+    work, label, targets, _ = run
+    # the template rung's tokens are the reference's: its KLD on a plain corpus stands
+    ppl = {r["metric"]: r for r in _metrics(work, targets["chat_ppl"])["rows"]}
+    assert ppl["kld_mean"]["value"] is not None and ppl["kld_mean"]["value"] >= 0
+    exam = _metrics(work, targets["chat_exam"])
+    assert exam["manifest"]["model"]["provenance"]["differs_in"] == ["chat_template"]
+    rows = aggregate.collect([str(work / targets[t]) for t in ("merge", "chat_ppl", "chat_exam")])
+    out = work / "points.parquet"
+    dataset.write(rows, out)
+    df = pd.read_parquet(out)
+    chat = df[df["rung"] == "Q4_1-chat"]
+    assert set(chat["benchmark"]) == {"perplexity", "arithmetic"} and len(chat[chat["benchmark"] == "arithmetic"]) > 0
+    assert set(chat["provenance"]) == {"third party; differs from the reference in: chat_template (accepted)"}
+    assert set(df[df["rung"] == "Q4_1-merge"]["provenance"]) == {
+        "third party; differs from the reference in: tokenizer (accepted)"}
+    refused = df[(df["rung"] == "Q4_1-merge") & (df["metric"] == "kld_mean")]
+    assert refused["value"].isna().all() and refused["status_reason"].str.contains("tokenizer.ggml.merges").all()
+    # the report: beside the rung in its table, and under the family's first sentence
+    html = report.render(df, label)
+    rungs = html[html.index(f'id="table-rungs-{FAMILY}"'):]
+    rungs = rungs[:rungs.index("</table>")]
+    assert "Q4_1-chat <small class=\"provenance warn\"" in rungs and "chat_template (accepted)" in rungs
+    first = html[html.index('class="warn provenance"'):]
+    assert "Q4_1-chat: chat_template (accepted)" in first[:first.index("</p>")]
