@@ -369,7 +369,14 @@ def paired_delta(pairs: Pairs, *, weights: Mapping[str, float] | np.ndarray | No
                      f"({pairs.only_reference} only in the reference, {pairs.only_rung} only in the rung)")
     base = dict(n=n, only_reference=pairs.only_reference, only_rung=pairs.only_rung, level=level,
                 n_loss=n_loss, n_gain=n_gain)
-    if weights is None and pairs.binary:
+    w = _weights_array(pairs, weights)
+    if pairs.binary and (w is None or np.allclose(w, w[0], rtol=1e-9, atol=0.0)):
+        # Binary items whose weights are all equal (none, or equal subset weights over subsets of one size:
+        # arithmetic's 8 subsets of 2) are a plain share: Tango's interval and McNemar's test, never the
+        # weighted path's t interval, which rests on a linearised error of the few items that differ
+        # (one discordant item of 16 gave ±17 points where Tango's gives −19…+32).
+        if w is not None:
+            notes.append("equal weights: a plain share of the items")
         est = (n_gain - n_loss) / n
         se = math.sqrt(max((n_gain + n_loss) / n - est * est, 0.0) / n)
         if interval == "tango":
@@ -385,9 +392,65 @@ def paired_delta(pairs: Pairs, *, weights: Mapping[str, float] | np.ndarray | No
                            estimate=100 * est, stderr=100 * se, ci_low=100 * lo, ci_high=100 * hi,
                            p_value=mcnemar_exact(n_loss, n_gain), interval=iname,
                            test="McNemar exact (binomial on the discordant items)", notes=tuple(notes), **base)
-    if weights is None:
+    if w is None:
         w = np.ones(n)
-    elif isinstance(weights, Mapping):
+    W = w.sum()
+    est = float((w * d).sum() / W)
+    se, df, how = _weighted_se(d, w, pairs.subsets if stratify else None)
+    n_eff = float(W * W / (w * w).sum())
+    if math.isfinite(se) and df > 0 and se > 0:
+        q = sps.t.ppf(0.5 + level / 2.0, df)
+        t_lo, t_hi = max(-1.0, est - q * se), min(1.0, est + q * se)
+    else:
+        t_lo = t_hi = est
+    if np.all(np.abs(d) <= 1.0):
+        # Per-item differences in [−1, 1] (verdicts and partial credit in [0, 1]): the t interval alone is
+        # anti-conservative where few items differ (its error comes from those few: 0 or 1 differing item
+        # gives a width of 0 or one item's worth). No such item varies more than a verdict with the same
+        # chance of going each way, so Tango's score interval on the weighted loss and gain shares bounds
+        # the spread from the counts' side, at an effective n: Kish's (Σw)²/Σw² for the weights, or, where
+        # the flips' own spread says the design costs more (flip rates that differ between unequally
+        # weighted categories), the design's n* = (Σw·d²/Σw − Δ²) / SE² (Korn & Graubard 1998), whichever is
+        # smaller. The reported interval is the wider of it and the t interval at each end; it holds its
+        # level across the simulated shapes (docs/statistics.md, "Coverage"; quantladder.stats.simulate).
+        # (Matching partial credit's two moments with a table of smaller flips is tighter and was tried:
+        # it claimed "within" at twice its level on simulated RULER scores.)
+        n_star = n_eff
+        if math.isfinite(se) and se > 0:
+            n_star = min(n_eff, max(1.0, (float((w * d * d).sum() / W) - est * est) / (se * se)))
+        p_loss = float((w * np.clip(-d, 0.0, None)).sum() / W)
+        p_gain = float((w * np.clip(d, 0.0, None)).sum() / W)
+        g_lo, g_hi = tango_interval(n_star * p_loss, n_star * p_gain, n_star, level)
+        lo, hi = max(-1.0, min(t_lo, g_lo)), min(1.0, max(t_hi, g_hi))
+        which = "Kish's effective n" if n_star == n_eff else "the design's effective n"
+        bound = (f"Tango score at {which} = {n_star:.2f} on the {'weighted ' if weights is not None else ''}loss "
+                 "and gain shares")
+        if n_loss == n_gain == 0:
+            notes.append(f"no item differs: the interval is Tango's for 0 discordant items at n = {n_eff:.2f}")
+        df = max(df, 1)
+    elif math.isfinite(se) and df > 0:
+        lo, hi, bound = t_lo, t_hi, None
+    else:
+        lo = hi = float("nan")
+        bound = None
+        notes.append("one item: no interval")
+    p, how_p = sign_flip_pvalue(w * d / W, seed=seed)
+    kind = "score" if weights is None else "weighted"
+    iname = f"paired t (df {df})" if kind == "score" else f"weighted t, linearization SE {how} (df {df})"
+    if bound:
+        iname = f"the wider of {iname} and {bound}"
+    return PairedDelta(kind=kind, reference_pct=100 * float((w * x).sum() / W), rung_pct=100 * float((w * y).sum() / W),
+                       estimate=100 * est, stderr=100 * se, ci_low=100 * lo, ci_high=100 * hi, p_value=p,
+                       interval=iname, test=f"sign-flip permutation, {how_p}",
+                       n_eff=None if kind == "score" else n_eff, notes=tuple(notes), **base)
+
+
+def _weights_array(pairs: Pairs, weights: Mapping[str, float] | np.ndarray | None) -> np.ndarray | None:
+    """The per-item weights aligned with ``pairs.item_ids`` (None: unweighted), checked."""
+    if weights is None:
+        return None
+    n = pairs.n
+    if isinstance(weights, Mapping):
         missing = [i for i in pairs.item_ids if i not in weights]
         if missing:
             raise DataError(f"paired comparison: no weight for item(s) {missing[:5]}")
@@ -398,29 +461,7 @@ def paired_delta(pairs: Pairs, *, weights: Mapping[str, float] | np.ndarray | No
             raise DataError(f"paired comparison: {w.size} weights for {n} paired items")
     if np.any(w < 0) or w.sum() <= 0:
         raise DataError("paired comparison: weights must be non-negative and not all zero")
-    W = w.sum()
-    est = float((w * d).sum() / W)
-    se, df, how = _weighted_se(d, w, pairs.subsets if stratify else None)
-    n_eff = float(W * W / (w * w).sum())
-    if n_loss == n_gain == 0:
-        # No item differs: a t interval would have width 0. Tango's interval for 0 discordant items at
-        # the (effective) n stands in: binary items are the most variable bounded scores of a given mean.
-        lo, hi = tango_interval(0, 0, max(1, int(round(n_eff))), level)
-        notes.append(f"no item differs: the interval is Tango's for 0 discordant items at n = {int(round(n_eff))}")
-        df = max(df, 1)
-    elif math.isfinite(se) and df > 0:
-        q = sps.t.ppf(0.5 + level / 2.0, df)
-        lo, hi = max(-1.0, est - q * se), min(1.0, est + q * se)
-    else:
-        lo = hi = float("nan")
-        notes.append("one item: no interval")
-    p, how_p = sign_flip_pvalue(w * d / W, seed=seed)
-    kind = "score" if weights is None else "weighted"
-    iname = f"paired t (df {df})" if kind == "score" else f"weighted t, linearization SE {how} (df {df})"
-    return PairedDelta(kind=kind, reference_pct=100 * float((w * x).sum() / W), rung_pct=100 * float((w * y).sum() / W),
-                       estimate=100 * est, stderr=100 * se, ci_low=100 * lo, ci_high=100 * hi, p_value=p,
-                       interval=iname, test=f"sign-flip permutation, {how_p}",
-                       n_eff=None if kind == "score" else n_eff, notes=tuple(notes), **base)
+    return w
 
 
 def compare(reference: Sequence[Mapping], rung: Sequence[Mapping], *, weights="none", kind: str = "auto",
