@@ -114,8 +114,10 @@ def test_decide_at_the_bound():
     just_out = ni.decide(-0.5, -1.001, 0.1, tolerance=1.0, higher_is_better=True, unit="%", stderr=0.3, n=1000)
     assert just_in.state == at.state == ni.NONINFERIOR and just_in.items_needed is None
     assert just_out.state == ni.UNDETERMINED
-    # its flip rate n·SE² + Δ² = 0.9 %, raised to the 1 % a 1-point loss needs at least
-    assert just_out.items_needed == ni.qpower.items_needed(0.01, 0.01, alpha=0.05, power=0.8)[0]
+    # its flip rate n·SE² + Δ² = 0.9 %, raised to the 1 % margin: the claim's own power plans 1,040 items, the
+    # detection of a 1-point loss (McNemar) 790
+    assert just_out.items_needed == ni.qpower.noninferiority_items(0.01, 0.01, alpha=0.05, power=0.8)[0] == 1040
+    assert just_out.items_to_detect == ni.qpower.items_needed(0.01, 0.01, alpha=0.05, power=0.8)[0] == 790
     assert ni.decide(-3, -4, -1.5, tolerance=1.0, higher_is_better=True, unit="%").state == ni.INFERIOR
     # lower is better (a KLD): the upper bound is the one that counts
     assert ni.decide(0.005, 0.004, 0.0099, tolerance=0.01, higher_is_better=False, unit="nats").shown
@@ -137,12 +139,13 @@ def test_the_walk_stops_at_the_first_rung_not_shown():
     assert not ni.walk([("Q8_0", None), ("Q6_K", ok)])[1].shown
 
 
-def test_items_needed_is_the_power_plan_of_a_loss_of_the_tolerance():
+def test_items_needed_is_the_power_plan_of_the_claim():
     # binary figure: ψ = n·SE² + Δ² is its flip rate, 5 % here (50 of 1000 items flip, as many each way)
     se = 100 * math.sqrt(0.05 / 1000)
     d = ni.decide(0.0, -1.4, 1.4, tolerance=1.0, higher_is_better=True, unit="%", stderr=se, n=1000)
-    assert d.items_needed == ni.qpower.items_needed(0.01, 0.05, alpha=0.05, power=0.8)[0]
-    assert f"{d.items_needed:,} items needed to show a loss under 1 point" in d.text
+    assert d.items_needed == ni.qpower.noninferiority_items(0.01, 0.05, alpha=0.05, power=0.8)[0]
+    assert ni.qpower.noninferiority_power(d.items_needed, 0.01, 0.05) >= 0.8
+    assert f"{d.items_needed:,} items needed to show it within 1 point" in d.text
 
 
 # ---------------------------------------------------------------- 8 items: undetermined, ranked by KLD
@@ -156,7 +159,7 @@ def test_eight_items_cannot_separate_the_rungs(eight):
     assert r["best"]["ranked_by"] == "KLD" and r["best"]["kld"]["claimed"]
     assert r["best"]["scores"]["humaneval"]["decision"] == ni.UNDETERMINED
     note = next(n for n in r["notes"] if n.startswith("smol: no rung's task figures are determined"))
-    assert "undetermined: Δ" in note and "items needed to show a loss under 1 point" in note
+    assert "undetermined: Δ" in note and "items needed to show it within 1 point" in note
     assert "its rungs rank by mean KLD on pydoc-topics" in note
     why = r["why"]
     assert why.startswith("smol's task scores cannot separate its rungs, so they rank by KLD")
@@ -182,7 +185,7 @@ def test_cli_on_eight_items_answers_undetermined(eight, capsys):
     text = capsys.readouterr().out
     assert "best:  smol/Q8_0/f16" in text
     assert "no loss detectable; undetermined" in text
-    assert "items needed to show a loss under 1 point" in text
+    assert "items needed to show it within 1 point" in text
     assert "why:   smol's task scores cannot separate its rungs" in text
 
 

@@ -360,7 +360,8 @@ def _figure_evidence(f: Figure, root: Path, files: list[str], ref_files: list[st
         out.append({"figure": f.key, "accept": f.text, "n_ctx": r.get("n_ctx"), "state": dec.state,
                     "value": r.get("value"), "unit": f.unit, "delta": dec.delta, "ci_low": dec.ci_low,
                     "ci_high": dec.ci_high, "stderr": d.stderr, "bound": dec.bound, "tolerance": f.tolerance, "n": dec.n,
-                    "items_needed": need, "text": dec.text, "file": str(files[0])})
+                    "items_needed": need, "items_to_detect": dec.items_to_detect, "text": dec.text,
+                    "file": str(files[0])})
     return out
 
 
@@ -552,8 +553,10 @@ MONOTONE_BISECT = ("losses grow as bits per weight fall: a rung between a probe 
 
 def _needed(ev: dict) -> str | None:
     """What would settle a rung: per undetermined figure, the items (a task) or scored tokens (a corpus)
-    a run needs to show it within its bound at 80 % power if it truly equals the reference."""
+    a run needs to show it within its bound at 80 % power if it truly equals the reference (the claim's
+    own power), with the items to detect a loss of the bound beside it where that is another figure."""
     out = [f"{f['items_needed']:,} {'scored tokens' if f['unit'] != '%' else 'items'} for {f['figure']}"
+           + (f" ({f['items_to_detect']:,} to detect a loss of the bound)" if f.get("items_to_detect") else "")
            for f in ev["figures"] if f["state"] == ni.UNDETERMINED and f.get("items_needed")]
     return "; ".join(out) or None
 

@@ -112,9 +112,13 @@ def items_plan(df: pd.DataFrame, *, detect: float, power: float = 0.8, alpha: fl
             need, how = stats.items_needed(loss, psi, alpha=a, power=power)
             need_up, _ = stats.items_needed(loss, up, alpha=a, power=power)
             now = stats.smallest_detectable_loss(r.n, psi, alpha=a, power=power)
+            # the claim the walk and the recommender make instead: shown within `detect` points, at the
+            # walk's own level (a fixed sequence: each claim one-sided alpha/2, no correction)
+            show, show_how = stats.noninferiority_items(loss, psi, alpha=alpha, power=power)
             rungs.append({"rung": r.rung, "n": r.n, "n_loss": r.n_loss, "n_gain": r.n_gain,
                           "discordance_pct": 100 * psi, "discordance_upper_pct": 100 * up,
                           "items_needed": need, "items_needed_upper": need_up, "method": how,
+                          "items_to_show_within": show, "items_to_show_within_method": show_how,
                           "detectable_now_points": None if now is None else 100 * now})
         worst = max(rungs, key=lambda x: x["items_needed"])
         out.append({"benchmark": bench, "family": family, "kv": kv, "n_comparisons": m, "planning_alpha": a,
@@ -287,7 +291,8 @@ def format_text(res: dict) -> str:
             lines.append(f"  {r['rung']:<10} n = {r['n']:<5} flips {r['n_loss']} lost / {r['n_gain']} gained "
                          f"({r['discordance_pct']:.1f} %, upper {r['discordance_upper_pct']:.1f} %): "
                          f"{r['items_needed']} items needed ({r['method']}), {r['items_needed_upper']} at the upper "
-                         f"bound; now detectable: {now}")
+                         f"bound; now detectable: {now}; to show it within {d:g} points instead (the walk's claim, "
+                         f"{100 * res['power']:g} % power if it equals the reference): {r['items_to_show_within']} items")
         lines.append("")
     if res["point_costs"]:
         lines.append("Generation time per point (predicted from pp/tg tokens/s and the items' tokens, beside measured):")

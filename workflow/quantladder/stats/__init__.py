@@ -44,7 +44,8 @@ from .multiplicity import METHODS as CORRECTIONS
 from .multiplicity import adjust, benjamini_hochberg, holm, planning_alpha
 from .paired import (PairedDelta, Pairs, compare, equal_subset_weights, mcnemar_exact, newcombe_interval,
                      pair_verdicts, paired_delta, pairs_from_files, read_verdicts, sign_flip_pvalue, tango_interval)
-from .power import (connor_items, connor_power, exact_power, exact_power_for_loss, items_needed, normal_detectable,
+from .power import (connor_items, connor_power, exact_power, exact_power_for_loss, items_needed, noninferiority_items,
+                    noninferiority_power, normal_detectable,
                     smallest_detectable_loss)
 from .sequential import SequentialDecision, SequentialPairedTest
 from .tokens import TokenMean, block_bootstrap, ppl_ratio, token_delta, token_mean
@@ -56,7 +57,8 @@ __all__ = [
     "CORRECTIONS", "adjust", "benjamini_hochberg", "holm", "planning_alpha",
     "PairedDelta", "Pairs", "compare", "equal_subset_weights", "mcnemar_exact", "newcombe_interval", "pair_verdicts",
     "paired_delta", "pairs_from_files", "read_verdicts", "sign_flip_pvalue", "tango_interval",
-    "connor_items", "connor_power", "exact_power", "exact_power_for_loss", "items_needed", "normal_detectable",
+    "connor_items", "connor_power", "exact_power", "exact_power_for_loss", "items_needed", "noninferiority_items",
+    "noninferiority_power", "normal_detectable",
     "smallest_detectable_loss",
     "SequentialDecision", "SequentialPairedTest",
     "TokenMean", "block_bootstrap", "ppl_ratio", "token_delta", "token_mean",

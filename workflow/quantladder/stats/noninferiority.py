@@ -61,27 +61,51 @@ def _finite(x) -> bool:
     return isinstance(x, numbers.Real) and math.isfinite(x)  # numpy scalars too
 
 
+def _plan_share(unit: str, delta: float, stderr: float | None, n: int | None) -> float | None:
+    """The flip rate a % figure plans with, ψ = n·SE² + Δ² (shares): the measured flip rate for a binary
+    figure, the second moment of the per-item difference for a partial-credit or weighted one."""
+    if not (_finite(stderr) and n and n > 0):
+        return None
+    return min(1.0, n * (stderr / 100) ** 2 + ((delta or 0.0) / 100) ** 2)
+
+
 def items_needed(tolerance: float, unit: str, delta: float, stderr: float | None, n: int | None, *,
                  power: float = POWER, alpha: float = ALPHA) -> int | None:
-    """Items a paired run needs to show a figure within ``tolerance`` of its reference with ``power``
+    """Items a paired run needs to *show* a figure within ``tolerance`` of its reference with ``power``
     when it truly equals it, planned from the spread this run measured.
 
-    The one-sided 2.5 % test of "loss ≥ T" has, up to the variance at the null, the power of the
-    two-sided 5 % test of a loss of T (a shift of the same test), so a % figure plans with
-    ``power.items_needed``: exact McNemar at the flip rate ψ = n·SE² + Δ² (shares), which is the
-    measured flip rate for a binary figure and the second moment of the per-item difference for a
-    partial-credit or weighted one. Other units scale the measured standard error: n·((z+z)·SE/T)².
+    A % figure plans with the power of the claim itself (``power.noninferiority_items``): the exact
+    probability that Tango's interval's bad-side bound clears −T at the flip rate this run measured
+    (raised to T where smaller), half the flips each way. Planning the two-sided McNemar test of a loss
+    of T instead (every flip a loss) answers another question and falls short: at a 1-point margin and
+    no flips seen it says 790 items, where the claim has 66.7 % power and needs 1,040.
+    Other units scale the measured standard error: n·((z+z)·SE/T)² (a normal statistic's own power).
     ``alpha``: the two-sided level whose one-sided half each claim is tested at (a walk that splits
     its level asks at its own). None without n or a standard error.
     """
     if not (_finite(stderr) and n and n > 0 and tolerance > 0):
         return None
     if unit == "%":
-        psi = min(1.0, n * (stderr / 100) ** 2 + ((delta or 0.0) / 100) ** 2)
-        return _mcnemar_items(min(tolerance / 100, 1.0), round(psi, 4), power, alpha)
+        psi = _plan_share(unit, delta, stderr, n)
+        return _ni_items(min(tolerance / 100, 1.0), round(psi, 4), power, alpha)
     if stderr == 0:
         return None
     return int(math.ceil(n * (qpower.normal_detectable(stderr, alpha=alpha, power=power) / tolerance) ** 2))
+
+
+def items_to_detect(tolerance: float, unit: str, delta: float, stderr: float | None, n: int | None, *,
+                    power: float = POWER, alpha: float = ALPHA) -> int | None:
+    """The other question, printed beside :func:`items_needed`: items a run needs to *detect* a loss of
+    ``tolerance`` (two-sided exact McNemar, every flip beyond the measured rate a loss). % figures only."""
+    psi = _plan_share(unit, delta, stderr, n) if unit == "%" else None
+    if psi is None or not tolerance > 0:
+        return None
+    return _mcnemar_items(min(tolerance / 100, 1.0), round(psi, 4), power, alpha)
+
+
+@lru_cache(maxsize=256)
+def _ni_items(margin: float, psi: float, power: float, alpha: float = ALPHA) -> int:
+    return qpower.noninferiority_items(margin, psi, alpha=alpha, power=power)[0]
 
 
 @lru_cache(maxsize=256)
@@ -102,10 +126,11 @@ class Decision:
     ci_low: float
     ci_high: float
     n: int | None
-    items_needed: int | None  # UNDETERMINED only
+    items_needed: int | None  # UNDETERMINED only: to show it within the tolerance (the claim's own power)
     reached: bool = True  # False: an earlier rung of the sequence was not shown non-inferior
     stopped_at: str | None = None  # that rung
     alpha: float = ALPHA  # the interval is the two-sided 1 − alpha one (each bound one-sided alpha/2)
+    items_to_detect: int | None = None  # UNDETERMINED % figures: to detect a loss of the tolerance instead
 
     @property
     def bound(self) -> float:
@@ -145,8 +170,10 @@ class Decision:
             worse = "to lose more than {}" if self.higher_is_better else "more than {} from the reference"
             out = f"shown {worse.format(self._u(t, False))}: {ci} lies beyond the tolerance"
         else:
-            need = (f"; {self.items_needed:,} items needed to show a loss under {self._u(t, False)}"
-                    if self.items_needed else "")
+            need = (f"; {self.items_needed:,} items needed to show it within {self._u(t, False)} "
+                    f"({100 * POWER:.0f} % power if it equals the reference"
+                    + (f"; {self.items_to_detect:,} to detect a loss of {self._u(t, False)}" if self.items_to_detect
+                       else "") + ")" if self.items_needed else "")
             out = f"undetermined: {ci} spans the tolerance {self._u(t, False)}{need}"
         if not self.reached:
             out += (f"; not claimed: the walk down the ladder stopped at {self.stopped_at}, "
@@ -168,7 +195,9 @@ def decide(delta, ci_low, ci_high, *, tolerance: float, higher_is_better: bool, 
         state = NONINFERIOR if hi <= t else INFERIOR if lo > t else UNDETERMINED
     n = int(n) if _finite(n) else None
     need = items_needed(t, unit, float(delta), stderr, n, alpha=alpha) if state == UNDETERMINED else None
-    return Decision(state, t, unit, bool(higher_is_better), float(delta), lo, hi, n, need, alpha=float(alpha))
+    detect = items_to_detect(t, unit, float(delta), stderr, n, alpha=alpha) if state == UNDETERMINED else None
+    return Decision(state, t, unit, bool(higher_is_better), float(delta), lo, hi, n, need, alpha=float(alpha),
+                    items_to_detect=detect)
 
 
 def walk(sequence: Sequence[tuple[str, Decision | None]]) -> list[Decision | None]:

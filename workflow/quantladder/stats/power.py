@@ -150,3 +150,105 @@ def normal_detectable(stderr: float, *, alpha: float = 0.05, power: float = 0.8)
     """The smallest difference detected with ``power`` by a two-sided z test whose standard error is
     ``stderr`` (same unit): (z_{1−α/2} + z_{power}) × SE. Used for weighted and partial-credit figures."""
     return float((sps.norm.ppf(1 - alpha / 2) + sps.norm.ppf(power)) * stderr)
+
+
+# ------------------------------------------------------------------------------------------ non-inferiority
+#
+# The claim the walk, find and the recommender make is not "a loss is detected" but "the rung is
+# shown within a margin T": the lower bound of Tango's two-sided (1 − α) interval for p_gain − p_loss
+# lies at or above −T. Its power is not McNemar's: it is the probability of that event, planned here
+# as the runs will be judged — exactly, by enumerating the paired table's discordant count m ~ Bin(n, ψ)
+# and its losses k ~ Bin(m, p_loss/ψ). Tango's interval inverts its score test, and the statistic
+# falls as the null's δ rises, so the bound is at or above −T exactly when the score test of
+# δ = −T rejects one-sided: z(−T) ≥ z_{1−α/2}. For a fixed m that holds for every k up to a largest
+# k*(m) (fewer losses, a higher bound), found by bisection on all m at once.
+
+def _tango_z_array(b: np.ndarray, c: np.ndarray, n: float, delta: float) -> np.ndarray:
+    """Tango's score statistic for H0: p_gain − p_loss = delta, over arrays of loss (b) and gain (c)
+    counts at n items: ``paired.tango_z`` vectorised (the same restricted MLE, Tango 1998 eq. 3)."""
+    b = b.astype(float)
+    c = c.astype(float)
+    A = 2.0 * n
+    B = -b - c + (2.0 * n - c + b) * delta
+    C = -b * delta * (1.0 - delta)
+    p = (-B + np.sqrt(np.maximum(B * B - 4.0 * A * C, 0.0))) / (2.0 * A)
+    p = np.clip(p, max(0.0, -delta), (1.0 - delta) / 2.0)
+    var = n * (2.0 * p + delta * (1.0 - delta))
+    num = c - b - n * delta
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = num / np.sqrt(var)
+        edge = np.where(num == 0, 0.0, np.copysign(np.inf, num))
+    return np.where(var > 0, z, edge)
+
+
+def _largest_claiming_losses(n: int, m: np.ndarray, margin: float, zc: float) -> np.ndarray:
+    """k*(m): the most losses among m discordant items at which the bound still clears −margin
+    (−1 when even k = 0 does not)."""
+    lo = np.full(m.shape, -1, dtype=np.int64)  # invariant: claims at lo (or lo = −1), not at hi + 1
+    hi = m.astype(np.int64).copy()
+    ok_hi = _tango_z_array(hi, m - hi, n, -margin) >= zc
+    lo = np.where(ok_hi, hi, lo)
+    hi = np.where(ok_hi, hi, hi - 1)
+    while np.any(hi > lo):
+        mid = (lo + hi + 1) // 2
+        ok = _tango_z_array(np.maximum(mid, 0), m - np.maximum(mid, 0), n, -margin) >= zc
+        lo = np.where(ok & (hi > lo), mid, lo)
+        hi = np.where(~ok & (hi > lo), mid - 1, hi)
+    return lo
+
+
+def noninferiority_power(n: int, margin: float, discordance: float, *, true_delta: float = 0.0,
+                         alpha: float = 0.05) -> float:
+    """The probability that a paired run of n binary items shows a rung within ``margin`` (a share):
+    Tango's two-sided (1 − alpha) lower bound ≥ −margin, when the rung's true difference is
+    ``true_delta`` (p_gain − p_loss; 0: it equals its reference) and a share ``discordance`` of the
+    items flip. Exact up to the discordant counts beyond 9 sd of their mean (< 1e-15 of the mass)."""
+    psi = float(discordance)
+    if not 0.0 <= psi <= 1.0 or abs(true_delta) > psi + 1e-12:
+        raise ValueError(f"discordance {discordance!r} must be a share ≥ |true_delta| ({true_delta!r})")
+    if not margin > 0:
+        raise ValueError(f"margin must be > 0, got {margin!r}")
+    if n <= 0:
+        return 0.0
+    zc = float(sps.norm.ppf(1 - alpha / 2))
+    m = _window(n, psi) if psi > 0 else np.array([0])
+    k = _largest_claiming_losses(n, m, margin, zc)
+    p_loss = (psi - true_delta) / 2.0
+    pi = p_loss / psi if psi > 0 else 0.0
+    given_m = np.where(k >= 0, sps.binom.cdf(k, m, pi), 0.0)
+    pm = sps.binom.pmf(m, n, psi) if psi > 0 else np.array([1.0])
+    return float(np.dot(pm, given_m))
+
+
+def normal_noninferiority_items(margin: float, discordance: float, *, true_delta: float = 0.0,
+                                alpha: float = 0.05, power: float = 0.8) -> int:
+    """The normal approximation: n = (z_{1−α/2} + z_power)² (ψ − δ²) / (δ + T)²."""
+    z = sps.norm.ppf(1 - alpha / 2) + sps.norm.ppf(power)
+    var = max(discordance - true_delta ** 2, 1e-12)
+    return int(math.ceil(z * z * var / (true_delta + margin) ** 2))
+
+
+@lru_cache(maxsize=512)
+def noninferiority_items(margin: float, discordance: float, *, true_delta: float = 0.0, alpha: float = 0.05,
+                         power: float = 0.8) -> tuple[int, str]:
+    """Items a paired run needs to *show* a rung within ``margin`` with ``power`` (the decision rule's
+    own power, :func:`noninferiority_power`), when its true difference is ``true_delta`` and a share
+    ``discordance`` of items flip. The discordance is raised to the margin where it is smaller (0 flips
+    in 10 items: plan as if a share T flipped, half each way, the least a run can plan on without
+    assuming it will see no flip at all). Returns (n, "exact") — the smallest n whose exact power reaches
+    ``power`` — or the normal approximation's n with "normal" beyond EXACT_N_MAX items."""
+    psi = min(1.0, max(float(discordance), float(margin), abs(true_delta)))
+    if true_delta + margin <= 0:
+        raise ValueError(f"a true difference {true_delta!r} at or beyond the margin −{margin!r} is never shown within it")
+    n0 = normal_noninferiority_items(margin, psi, true_delta=true_delta, alpha=alpha, power=power)
+    if n0 > EXACT_N_MAX:
+        return n0, "normal"
+    # The exact rule needs more than the approximation where few items flip (a 1-point margin with a
+    # 1 % flip rate: 1,040 against 784); start below it and step up to the first n with the power.
+    start = max(1, int(0.6 * n0))
+    while start > 1 and noninferiority_power(start, margin, psi, true_delta=true_delta, alpha=alpha) >= power:
+        start = max(1, int(0.7 * start))
+    for n in range(start, min(4 * n0 + 100, EXACT_N_MAX) + 1):
+        if noninferiority_power(n, margin, psi, true_delta=true_delta, alpha=alpha) >= power:
+            return n, "exact"
+    return n0, "normal"
