@@ -171,3 +171,42 @@ def test_malformed_replay_shapes_are_refused(out):
     assert multiturn.replay_shape_error(out, item, [[["ls()"]]]) is not None
     assert multiturn.replay_shape_error({"turns": [[["ok"]]], "states": [{"GorillaFileSystem": {}}]},
                                         item, [[["ls()"]]]) is None
+
+
+LONE_SURROGATE = '[str(object="\\udc80")]'  # the call's result is half a UTF-16 pair: no UTF-8 holds it
+
+
+def test_a_reply_whose_call_returns_a_lone_surrogate_gets_a_verdict_not_a_crash(smollm_q8, executor, base_items,
+                                                                              bfcl_record):  # noqa: F811
+    """Issue 41, case 7: `[str(object="\\udc80")]` returned half a surrogate pair, which passed the shape
+    check, went into the next prompt as a tool message and stopped generate where the prompt is
+    tokenized (UnicodeEncodeError, llama_handle) on every rerun. The model is shown the result escaped
+    (as Python's repr shows it), the loop goes on, and the item gets its verdict.
+
+    The real multi-turn driver, engine (chat template, tokenizer), sandbox and verdict; the model's two
+    steps are given (the reply, then a step with no call), so no token is decoded."""
+    from quantladder.benchmarks.bfcl import prompts
+    from quantladder.engine import Engine, EngineSettings, Generation
+
+    item = dict(base_items["multi_turn_base_1"])
+    item["question"], item["ground_truth"] = item["question"][:1], item["ground_truth"][:1]
+    calls = multiturn.decode_step(LONE_SURROGATE)
+    assert calls == ["str(object='\\udc80')"]
+    out = executor.run(item, [[calls]])
+    assert out["turns"][0][0] == ["\udc80"]  # what the sandbox really returned: the replay keeps it as it is
+    assert prompts.tool_messages(out["turns"][0][0], calls)[0]["content"] == "\\udc80"  # what the model is shown
+    with Engine(str(smollm_q8), EngineSettings(n_ctx=8192)) as engine:
+        driver = multiturn.drive_item(engine, bfcl_record["root"], item, executor, max_tokens=16)
+        first = next(driver)
+        second = driver.send(Generation(LONE_SURROGATE, len(first.prompt), 9, "stop", 0.0))  # was the crash
+        assert second.continues and len(second.prompt) > len(first.prompt)
+        assert "\\udc80" in engine.detokenize(second.prompt[len(first.prompt):])
+        try:
+            driver.send(Generation("I have run it.", len(second.prompt), 5, "stop", 0.0))
+        except StopIteration as stop:
+            rec = stop.value
+    assert rec["turns"] == [[LONE_SURROGATE, "I have run it."]] and rec["end"] == "done"
+    json.dumps(rec, ensure_ascii=False).encode("utf-8")  # the record is text a generations file can hold
+    v = multiturn.verdict(item, rec, executor)
+    assert v["correct"] is False and v["error_type"].startswith("multi_turn:"), v
+    json.dumps(v, ensure_ascii=False).encode("utf-8")

@@ -114,5 +114,17 @@ def added_functions_message(root: str | Path, functions: list[dict]) -> dict:
 
 
 def tool_messages(results: list[str], calls: list[str]) -> list[dict]:
-    """Execution results fed back to the model, one tool message per call."""
-    return [{"role": "tool", "name": c, "content": r} for r, c in zip(results, calls)]
+    """Execution results fed back to the model, one tool message per call, as text UTF-8 can carry."""
+    return [{"role": "tool", "name": as_text(c), "content": as_text(r)} for r, c in zip(results, calls)]
+
+
+def as_text(s: str) -> str:
+    """``s``, with every code point that UTF-8 cannot encode (half of a surrogate pair, which a call such as
+    ``str(object="\\udc80")`` returns from the sandbox) written as Python writes it in a repr (``\\udc80``).
+    The prompt is tokenized as UTF-8, so such a result would otherwise stop the generate job on every
+    rerun; escaped, the model reads what the call returned, and the item goes on to its verdict."""
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
