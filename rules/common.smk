@@ -84,7 +84,8 @@ def get_family_items(wildcards):
 def get_final_outputs(wildcards):
     """The default target: the dataset, one curve per family, the report and the recommendation at
     the config's budget. In a dry run (`snakemake -n`), it also prints what is left per rule and
-    its estimated minutes (quantladder.progress: from the rules' benchmark files).
+    its estimated minutes after Snakemake's own plan (quantladder.progress: the jobs Snakemake plans,
+    priced from the rules' benchmark files).
 
     Every planned point's files and items are targets too: Snakemake does not remake a deleted input
     of an up-to-date output (the dataset), so a lost metrics.json would otherwise go unnoticed.
@@ -100,8 +101,8 @@ def get_final_outputs(wildcards):
             f"results/{CARD}/recommendation/mem{target['mem']}-ctx{target['ctx']}.json"
         )
     outs += find_answers(CARD)  # the walk of `find:` (rules/find.smk)
-    if workflow.dryrun:
-        print(qprogress.summary_text(qprogress.pending(config, CARD)), file=sys.stderr)
+    if workflow.dryrun:  # the table of what is left, once Snakemake has planned (the jobs it plans)
+        qprogress.print_after_plan(workflow, config, CARD)
     return outs
 
 

@@ -87,6 +87,53 @@ def test_each_rung_gets_its_paired_verdict_in_points_parquet(run):
     assert "all_checks_pass" in answer  # the report's first screen: the headline of your tasks, per rung
 
 
+def test_points_made_from_other_inputs_are_not_shown_as_measured(run):
+    """The partial report and the jobs left know what Snakemake will run again (issue 41, case 6): a
+    finished run with its task file edited (the same mechanism as a user's traffic file laid over the
+    default's) counted "2 of 2 finished, 0 jobs left" from the files present and showed the old checks'
+    figures as measured. Now both points are not measured yet, each with Snakemake's reason, the jobs
+    left are Snakemake's plan (two score jobs and the aggregate), and the partial dataset holds no
+    figure of them; reverted, they are the config's again."""
+    import pandas as pd
+    import yaml
+
+    from quantladder import config as qconfig
+    from quantladder import progress
+
+    wd, path = run["wd"], run["tasks"]
+    cfg = qconfig.validate_config(yaml.safe_load((wd / "config.yaml").read_text()))
+    snakefile = wd / "Snakefile"
+    if "default_target" not in snakefile.read_text():  # `snakemake` with no target builds the dataset
+        snakefile.write_text(snakefile.read_text() + f'\nrule all:\n    default_target: True\n'
+                                                      f'    input: "results/{CARD}/points.parquet"\n')
+    _, _, before = progress.partial_report(cfg, CARD, wd)
+    assert before["finished"] == before["planned"] and before["planned"] >= len(RUNGS)
+    assert before["jobs_left"] == []
+    original = path.read_text()
+    path.write_text(original.replace('"value": 48}', '"value": 48, "abs_tol": 1000000}'))
+    try:
+        parquet, html, p = progress.partial_report(cfg, CARD, wd)
+    finally:
+        path.write_text(original)
+    assert p["finished"] == p["planned"] - len(RUNGS)
+    assert {j["rule"]: j["jobs"] for j in p["jobs_left"]} == {"score": len(RUNGS), "aggregate": 1}
+    tasks = [m for m in p["missing"] if m["measure"] == "tasks"]
+    assert {m["rung"] for m in tasks} == set(RUNGS) and p["rerun"] == len(RUNGS)
+    assert all("param" in m["rerun"].lower() for m in tasks), tasks  # Snakemake's own reason
+    assert p["counted_from"] == before["counted_from"] == "snakemake"
+    df = pd.read_parquet(parquet)
+    assert df.empty or "tasks" not in set(df.benchmark)  # no figure of the old checks, as measured
+    import html as _html
+
+    page = _html.unescape(html.read_text())
+    assert "measured from other inputs than the configuration's: runs again" in page
+    assert "Snakemake's own plan" in page
+    text = progress.summary_text(p)
+    assert f"{p['finished']} of {p['planned']} point-measures finished" in text and "Snakemake's own plan" in text
+    _, _, after = progress.partial_report(cfg, CARD, wd)
+    assert after["finished"] == after["planned"] and after["jobs_left"] == [] and after["rerun"] == 0
+
+
 def test_a_check_edit_rescores_and_generates_nothing(run):
     wd, path = run["wd"], run["tasks"]
     stores = _stores(wd)

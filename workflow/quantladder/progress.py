@@ -1,17 +1,31 @@
 """Where a run stands: which planned point-measures are finished, which jobs are left, and what
 they should cost, from the time the same rules took on this machine.
 
+The jobs left are Snakemake's own plan where it can be read (quantladder.dryrun: the jobs a run
+started now would run, those whose params, code or inputs changed among them), and a point-measure
+is finished only when its file is there and Snakemake does not plan it again: a point measured from
+other inputs than the config's (the default's traffic under a user's traffic file) is not the
+config's figure, and the partial report leaves it out. Where the plan cannot be read, the files
+alone, and the table says so.
+
 A job left is priced at the median of the finished jobs of its rule and kind (quantladder.timings:
 the rules' benchmark files), else of its rule, else at the rule's guess below ("estimate", not
 "measured").
-Read by ``snakemake -n`` (rules/common.smk prints the table), the partial report and
-``quantladder report``.
+Read by ``snakemake -n`` (rules/common.smk prints the table once Snakemake has planned), the
+partial report and ``quantladder report``.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
+import sys
+import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
+
+import yaml
 
 from . import anchors
 from . import config as qconfig
@@ -24,6 +38,11 @@ GUESS_S = {
     "reference_rung": 10, "quantize": 15, "imatrix": 60, "reference_logits": 15, "perplexity": 15,
     "perplexity_point": 1, "tool_anchor_gate": 60, "speed": 30, "memory": 10, "energy": 30, "generate": 120, "score": 10,
     "reply_logits": 10, "fidelity": 10,
+    # the rest of Snakemake's plan, not timed (no benchmark file) or not yet: guesses, a job's start
+    # and a few seconds of work, a download or generation where the rule does one
+    "anchor_generate": 120, "anchor_gate": 10, "benchmark_source": 5, "benchmark_items": 10, "corpus": 5,
+    "acquire_source": 60, "acquire_prebuilt": 60, "llama_tools": 60, "aggregate": 5, "curves": 5, "report": 10,
+    "recommend": 5, "find": 5, "find_step": 5, "partial_report": 10,
 }
 
 
@@ -84,15 +103,60 @@ def jobs_left(cfg: dict, card: str, root: str | Path = ".") -> list[tuple[str, s
     return jobs
 
 
-def pending(cfg: dict, card: str, root: str | Path = ".") -> dict:
+def planned_jobs(plan: list[dict]) -> list[tuple[str, str]]:
+    """(rule, kind) of each job in Snakemake's plan (quantladder.dryrun), the kind as its benchmark
+    files are filed (quantladder.timings)."""
+    return [(j["rule"], timings.kind_of(j["rule"], SimpleNamespace(**j["wildcards"]))) for j in plan]
+
+
+def read_plan(cfg: dict, root: str | Path = ".", configfiles: list[str] | None = None,
+              snakefile: str | Path | None = None) -> tuple[list[dict] | None, str]:
+    """Snakemake's plan for ``cfg`` in ``root`` (quantladder.dryrun), and where the count comes from:
+    ``(jobs, "snakemake")``, or ``(None, "files: <why the plan could not be read>")``. Without
+    ``configfiles`` the config itself is handed over (laid over the default, a whole config is
+    itself). The workflow is ``root``'s Snakefile where it has one, else this checkout's."""
+    from . import dryrun
+
+    root = Path(root)
+    if snakefile is None and (root / "Snakefile").is_file():
+        snakefile = root / "Snakefile"
+    tmp = None
+    try:
+        if configfiles is None:
+            fd, tmp = tempfile.mkstemp(prefix="quantladder-plan-", suffix=".yaml")
+            with os.fdopen(fd, "w") as f:
+                yaml.safe_dump(cfg, f)
+            configfiles = [tmp]
+        return dryrun.plan(root, configfiles, snakefile=snakefile), "snakemake"
+    except dryrun.PlanError as e:
+        return None, f"files: {e}"
+    finally:
+        if tmp:
+            os.unlink(tmp)
+
+
+def pending(cfg: dict, card: str, root: str | Path = ".", plan: list[dict] | None = None,
+            basis: str | None = None) -> dict:
     """What a report built now lacks: the planned point-measures not finished, and the jobs left
-    per rule with their estimated minutes (the shape quantladder.report renders)."""
+    per rule with their estimated minutes (the shape quantladder.report renders).
+
+    ``plan``: Snakemake's (``read_plan``): its jobs are the jobs left, and a point-measure whose file
+    is there but which it plans again (its inputs changed) is missing, with Snakemake's reason
+    (``rerun``). Without it, the files present alone (``jobs_left``); ``basis`` says why."""
     root = Path(root)
     planned = targets.planned(cfg, card)
-    missing = [t for t in planned if not (root / t.path).exists()]
+    again: dict[str, str] = {}
+    if plan is not None:
+        made_by = {o: j for j in plan for o in j["output"]}
+        again = {t.path: made_by[t.path]["reason"] for t in planned
+                 if t.path in made_by and (root / t.path).exists()}
+        left = planned_jobs(plan)
+    else:
+        left = jobs_left(cfg, card, root)
+    missing = [t for t in planned if t.path in again or not (root / t.path).exists()]
     seen = timings.seconds(root)
     per_rule: dict[str, dict] = {}
-    for rule, kind in jobs_left(cfg, card, root):
+    for rule, kind in left:
         s, basis = price(rule, kind, seen)
         e = per_rule.setdefault(rule, {"rule": rule, "jobs": 0, "est_min": 0.0, "basis": basis,
                                        "host": resources.host(rule)})
@@ -106,12 +170,31 @@ def pending(cfg: dict, card: str, root: str | Path = ".") -> dict:
     return {
         "planned": len(planned),
         "finished": len(planned) - len(missing),
-        "missing": [{"family": t.family, "rung": t.rung, "kv": t.kv, "measure": t.measure, "series": t.series}
+        "missing": [{"family": t.family, "rung": t.rung, "kv": t.kv, "measure": t.measure, "series": t.series,
+                     **({"rerun": again[t.path]} if t.path in again else {})}
                     for t in missing],
+        "rerun": len(again),
         "jobs_left": rows,
         "est_min_left": round(sum(e["est_min"] for e in rows), 1),
+        "counted_from": "snakemake" if plan is not None else (basis or "files"),
         "as_of": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
+
+
+def counted_note(p: dict) -> str:
+    """Where the jobs left were counted from, and the finished files Snakemake plans again."""
+    how = p.get("counted_from") or "files"
+    if how == "snakemake":
+        note = "jobs left: Snakemake's own plan"
+    else:
+        why = how.partition(": ")[2]
+        note = ("jobs left: from the files present only (an outdated file Snakemake would redo is not counted"
+                + (f"; Snakemake's plan could not be read: {why.splitlines()[-1] if why else ''}" if why else "")
+                + ")")
+    if p.get("rerun"):
+        note += (f"; {p['rerun']} finished point-measure(s) were measured from other inputs than the config's "
+                 "(Snakemake runs them again) and count as not measured")
+    return note
 
 
 def summary_text(p: dict) -> str:
@@ -122,7 +205,33 @@ def summary_text(p: dict) -> str:
         lines.append(f"  {'rule':<18} {'jobs':>5} {'est. min':>9}  {'host':<7}  basis")
         for e in p["jobs_left"]:
             lines.append(f"  {e['rule']:<18} {e['jobs']:>5} {e['est_min']:>9.1f}  {e['host']:<7}  {e['basis']}")
+    lines.append(f"  ({counted_note(p)})")
     return "\n".join(lines)
+
+
+_printed_after: set[int] = set()
+
+
+def print_after_plan(workflow, cfg: dict, card: str) -> None:
+    """In ``snakemake -n``: print the table once Snakemake has made its plan (at the process's exit,
+    after its own job list), counting the jobs it plans, those whose params, code or inputs changed
+    among them. Called while the DAG is being built (the target's input function), where the plan
+    is not made yet; once per workflow."""
+    if id(workflow) in _printed_after:
+        return
+    _printed_after.add(id(workflow))
+
+    def _print() -> None:
+        dag = getattr(workflow, "dag", None)
+        try:
+            plan = [{"rule": j.rule.name, "wildcards": dict(j.wildcards_dict), "output": [str(f) for f in j.output],
+                     "reason": " ".join(str(dag.reason(j)).split())[:300]}
+                    for j in dag.needrun_jobs(exclude_finished=False) if not j.rule.norun]
+        except Exception:  # no plan: Snakemake has said why it could not make one
+            return
+        print(summary_text(pending(cfg, card, plan=plan)), file=sys.stderr)
+
+    atexit.register(_print)
 
 
 def load_config(configfiles: list[str] | None = None) -> dict:
@@ -147,15 +256,24 @@ def partial_paths(card: str) -> tuple[str, str]:
     return f"results/{card}/partial/points.parquet", f"results/{card}/partial/report.html"
 
 
-def partial_report(cfg: dict, card: str, root: str | Path = ".") -> tuple[Path, Path, dict]:
+def partial_report(cfg: dict, card: str, root: str | Path = ".", *, configfiles: list[str] | None = None,
+                   plan: list[dict] | None = None, basis: str | None = None) -> tuple[Path, Path, dict]:
     """The dataset and the report of whatever planned points are finished now, with what is left:
     for a run still going (it reads finished files only: every metrics file is written whole, by a
-    rename). With every point finished, both equal the final ones byte for byte."""
+    rename). With every point finished, both equal the final ones byte for byte.
+
+    Finished means the file is there and Snakemake's plan (``read_plan``, made here unless given) does
+    not run it again; ``configfiles``: those ``cfg`` was read from, handed to Snakemake as given."""
     from . import aggregate, dataset, report
 
     root = Path(root)
-    done = [str(root / t.path) for t in targets.planned(cfg, card) if (root / t.path).exists()]
-    p = pending(cfg, card, root)
+    if plan is None:
+        plan, basis = read_plan(cfg, root, configfiles)
+    p = pending(cfg, card, root, plan, basis)
+    again = {(m["family"], m["rung"], m["kv"], m["measure"], m["series"]) for m in p["missing"]}
+    # a file Snakemake plans again holds figures of other inputs than the config's: not shown as measured
+    done = [str(root / t.path) for t in targets.planned(cfg, card)
+            if (root / t.path).exists() and (t.family, t.rung, t.kv, t.measure, t.series) not in again]
     parquet, html = (root / x for x in partial_paths(card))
     dataset.write(aggregate.collect(done), parquet)
     report.build(parquet, html, card=card, pending=p)

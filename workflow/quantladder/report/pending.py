@@ -6,6 +6,11 @@ missing the report is the full run's, unchanged. Otherwise a banner heads the pa
 is built on a partial run, the "Not measured yet" section lists what is missing, and in the family
 tables a point or rung the configuration plans and the dataset has no row of yet reads *not measured
 yet*: never 0, never a loss, with no delta and no verdict.
+
+A point-measure whose file is there but which Snakemake plans again (its inputs differ from the
+config's: a user's traffic file laid over the default's finished run) is missing too, never shown
+as measured; the section says it runs again and why, and whether the jobs left are Snakemake's own
+plan or a count of the files present (quantladder.progress).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ class Pending:
     jobs_left: tuple[dict, ...]  # {rule, jobs, est_min, basis}
     est_min_left: float | None
     as_of: str | None
+    counted_from: str | None = None  # "snakemake" (its plan), else "files[: why the plan was not read]"
 
     @classmethod
     def of(cls, pending: dict | None) -> Pending | None:
@@ -39,7 +45,8 @@ class Pending:
         if not pending or not pending.get("missing"):
             return None
         return cls(int(pending["planned"]), int(pending["finished"]), tuple(pending["missing"]),
-                   tuple(pending.get("jobs_left") or ()), pending.get("est_min_left"), pending.get("as_of"))
+                   tuple(pending.get("jobs_left") or ()), pending.get("est_min_left"), pending.get("as_of"),
+                   pending.get("counted_from"))
 
     def lacks(self, family: str, rung: str, kv: str, measure: str) -> bool:
         return any(m["family"] == family and m["rung"] == rung and m["kv"] == kv and m["measure"] == measure
@@ -100,19 +107,35 @@ def pending_section(p: Pending, card: str) -> str:
     for m in p.missing:
         what = esc(m["measure"]) + ("" if m.get("series", "points") == "points" else
                                     f" <small>({esc(m['series'])} run)</small>")
+        if m.get("rerun"):  # its file is there, from other inputs than the config's
+            what += (f' <small class="rerun" title="{esc(m["rerun"])}">(measured from other inputs than the '
+                     "configuration's: runs again)</small>")
         groups.setdefault((m["family"], m["rung"]), {}).setdefault(m["kv"], []).append(what)
     rows = [[esc(fam), esc(rung), "; ".join(f"KV {esc(kv)}: {', '.join(ms)}" for kv, ms in by_kv.items()),
              str(sum(len(ms) for ms in by_kv.values()))] for (fam, rung), by_kv in groups.items()]
+    again = sum(bool(m.get("rerun")) for m in p.missing)
     out = [f'<p class="how">{p.finished} of {p.planned} point-measures the configuration plans are measured'
-           + (f" as of {esc(p.as_of)}" if p.as_of else "") + f"; these {len(p.missing)} are not yet.</p>",
+           + (f" as of {esc(p.as_of)}" if p.as_of else "") + f"; these {len(p.missing)} are not yet"
+           + (f" ({again} of them measured from other inputs than the configuration's, which Snakemake runs "
+              "again: their figures are not shown)" if again else "") + ".</p>",
            table(["family", "rung", "not measured yet <small>(per KV type)</small>", "point-measures"], rows,
                  f"table-pending-{card}")]
     if p.jobs_left:
         jobs = [[esc(j["rule"]), str(j["jobs"]), esc(_minutes(j.get("est_min"))),
                  BASIS.get(j.get("basis"), esc(j.get("basis")))] for j in p.jobs_left]
         kinds = {b: sum(j.get("basis") == b for j in p.jobs_left) for b in BASIS}
-        out.append(f'<p class="how">The jobs left per rule: about {esc(_minutes(p.est_min_left))} in all; '
+        out.append(f'<p class="how">The jobs left per rule ({esc(_counted(p.counted_from))}): about '
+                   f"{esc(_minutes(p.est_min_left))} in all; "
                    f"{kinds['measured']} rule(s) timed from the benchmark files of their jobs that ran, "
                    f"{kinds['estimate']} guessed (none of their jobs has finished here yet).</p>"
                    + table(["rule", "jobs left", "estimated time", "basis"], jobs, f"table-jobs-left-{card}"))
     return "".join(out)
+
+
+def _counted(how: str | None) -> str:
+    if how == "snakemake":
+        return "Snakemake's own plan, jobs whose inputs changed among them"
+    if how and how.startswith("files: "):
+        return ("the files present only: Snakemake's plan could not be read ("
+                + how[len("files: "):].strip().splitlines()[-1][:200] + ")")
+    return "the files present only"
