@@ -338,3 +338,53 @@ def test_an_early_stopped_rung_is_judged_by_its_sequential_claim(cfg, tmp_path, 
     if want == A and es["state"] == "no_loss_beyond_margin" and level == 0.0125:
         assert fixed["state"] != ni.NONINFERIOR  # 40 ties do not show a 2-point bound at 97.5 %: only the test does
     assert ev["verdict"] == want and fig["sequential"] == es and why in fig["text"], fig
+
+
+def test_a_walk_stopped_at_a_stale_lock_is_told_the_unlock_it_has(tmp_path, capfd):
+    """Issue 41, case 7: Snakemake's lock message advises "the --unlock argument", which `quantladder find`
+    did not have, and the README's `snakemake --unlock` fails without --cores. A stale lock (what a
+    Snakemake killed by SIGKILL leaves: its output lock naming the walk's answer) stops the walk; the
+    command names the lock and `quantladder find --unlock`, which removes it."""
+    import yaml
+
+    from pipeline_util import small_config, write_config
+    from quantladder import card as qcard
+
+    cfg = small_config()
+    path = write_config(tmp_path, cfg)
+    target = qfind.ANSWER.format(card=qcard.label(cfg.get("card")), family=FAM)
+    locks = tmp_path / ".snakemake" / "locks"
+    locks.mkdir(parents=True)
+    (locks / "0.output.lock").write_text(target + "\n")
+    corpus = yaml.safe_load(path.read_text())["measures"]["perplexity"]["corpus"]
+    args = ["find", "--family", FAM, "--mem", "8GiB", "--ctx", "2k", "--accept", f"kld:{corpus}<=0.2",
+            "--configfile", str(path), "--directory", str(tmp_path), "--cores", "1"]
+    assert cli_main(args) != 0
+    err = capfd.readouterr().err
+    assert "Directory cannot be locked" in err  # Snakemake's own message, advising --unlock
+    assert f"quantladder find: {tmp_path.resolve()} is locked" in err
+    assert f"`quantladder find --unlock --configfile {path} --directory {tmp_path}`" in err
+    assert cli_main(["find", "--unlock", "--configfile", str(path), "--directory", str(tmp_path)]) == 0
+    assert "Unlocked working directory" in capfd.readouterr().err and not locks.exists()
+    with pytest.raises(SystemExit):  # without --unlock, the walk's request is required as before
+        cli_main(["find", "--directory", str(tmp_path)])
+    assert "the following arguments are required: --family, --mem, --ctx, --accept" in capfd.readouterr().err
+
+
+def test_the_readme_unlock_line_runs(tmp_path):
+    """`snakemake --unlock` alone stops with "Workflow requires a total number of cores": the README's
+    line, run in a working directory with a stale lock, removes it."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    line = re.search(r"`(snakemake --unlock[^`]*)`", (repo / "README.md").read_text()).group(1)
+    (tmp_path / ".snakemake" / "locks").mkdir(parents=True)
+    (tmp_path / ".snakemake" / "locks" / "0.output.lock").write_text("results/x\n")
+    cmd = [str(Path(sys.executable).with_name("snakemake")), *line.split()[1:], "--snakefile", str(repo / "Snakefile"),
+           "--directory", str(tmp_path)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "Unlocked working directory" in r.stdout + r.stderr, (line, r.stderr[-2000:])
+    assert not (tmp_path / ".snakemake" / "locks").exists()

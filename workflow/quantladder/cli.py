@@ -14,6 +14,8 @@
         [--reference Q8_0] [--rungs A,B] [--start Q4_K_M] [--alpha 0.025] [--kv f16] [--strategy auto]
         [--configfile FILE] [--directory DIR] [--cores N] [--dry-run] [--json]
         (the walk down one family's ladder, run by Snakemake: the options are the config's `find:` keys)
+    quantladder find --unlock [--configfile FILE] [--directory DIR]
+        (the lock a killed walk's Snakemake left in DIR removed, as `snakemake --unlock` does)
     quantladder schema
 
 Exit status: 0 answered, 1 error in the request or the data, 2 infeasible (the message says why).
@@ -24,7 +26,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 from .errors import QuantladderError
 
@@ -77,12 +82,12 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("schema", help="print the dataset's documented schema (Markdown)")
     fd = sub.add_parser("find", help="walk one family's ladder down to the smallest rung shown to lose no more "
                         "than accepted (docs/find.md); each option sets the config's find.<key>")
-    fd.add_argument("--family", required=True)
-    fd.add_argument("--mem", required=True, help="memory budget: 8GiB, 16000MiB, 24GB (decimal) or bytes")
-    fd.add_argument("--ctx", required=True, help="context actually used, tokens (16384 or 16k)")
-    fd.add_argument("--accept", required=True, action="append", metavar="FIGURES",
+    fd.add_argument("--family", help="the family whose ladder is walked (required)")
+    fd.add_argument("--mem", help="memory budget: 8GiB, 16000MiB, 24GB (decimal) or bytes (required)")
+    fd.add_argument("--ctx", help="context actually used, tokens (16384 or 16k) (required)")
+    fd.add_argument("--accept", action="append", metavar="FIGURES",
                     help="losses accepted, comma-separated: BENCH[:METRIC]>=-2pt, kld:CORPUS<=NATS, "
-                         "ppl_ratio:CORPUS<=RATIO (repeatable)")
+                         "ppl_ratio:CORPUS<=RATIO (repeatable; required)")
     fd.add_argument("--reference", help="the task figures' reference rung (default Q8_0)")
     fd.add_argument("--rungs", help="candidate rungs, comma-separated (default: the family's ladder)")
     fd.add_argument("--start", help="where the walk starts (default Q4_K_M, or the nearest candidate)")
@@ -96,6 +101,9 @@ def parser() -> argparse.ArgumentParser:
     fd.add_argument("--cores", default="all", help="Snakemake's --cores (default all)")
     fd.add_argument("--dry-run", action="store_true", help="print what the walk's first steps would run")
     fd.add_argument("--json", action="store_true", help="print the answer as JSON")
+    fd.add_argument("--unlock", action="store_true",
+                    help="remove the lock a killed walk (kill -9, a lost node) left in --directory, as Snakemake's "
+                         "--unlock does, and run nothing; only when no Snakemake runs there")
     pl = sub.add_parser("plan", help="items needed to detect a loss, and what a plan costs in job-hours")
     pl.add_argument("--detect", required=True, type=float, help="loss to detect, in percentage points (e.g. 2)")
     pl.add_argument("--dataset", required=True, help="points.parquet of one card")
@@ -109,8 +117,40 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _find_unlock(args) -> int:
+    """`quantladder find --unlock`: Snakemake's --unlock in the walk's directory, with the files the walk
+    was given (Snakemake parses the workflow to unlock, and asks for --cores to do so)."""
+    from .scriptutil import SNAKEFILE
+
+    files = [str(Path(f).resolve()) for f in args.configfile]
+    cmd = [str(Path(sys.executable).with_name("snakemake")), "--unlock", "--cores", "1", "--snakefile",
+           str(SNAKEFILE), "--directory", str(args.directory), *(["--configfile", *files] if files else [])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SNAKEFILE.parent / "workflow"),
+                                                        os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    return subprocess.run(cmd, env=env).returncode
+
+
+def _lock_hint(args) -> str | None:
+    """What to do when the walk's Snakemake stopped at a lock (its own message advises an --unlock
+    argument, which is this command's): None when the directory holds no lock (Snakemake's file
+    locks, .snakemake/locks/; a run that fails otherwise removes its own)."""
+    locks = Path(args.directory) / ".snakemake" / "locks"
+    if not (locks.is_dir() and any(locks.iterdir())):
+        return None
+    again = " ".join(["quantladder find --unlock", *(f"--configfile {f}" for f in args.configfile),
+                      *([f"--directory {args.directory}"] if str(args.directory) != "." else [])])
+    return (f"quantladder find: {Path(args.directory).resolve()} is locked: a Snakemake runs there, or one was "
+            f"killed (kill -9, a lost node) and left its lock. When none runs, remove it with `{again}` "
+            "(or `snakemake --unlock --cores 1` in that directory), then run the same find command again.")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    ap = parser()
+    args = ap.parse_args(argv)
+    if args.cmd == "find" and not args.unlock:
+        missing = [f"--{k}" for k in ("family", "mem", "ctx", "accept") if not getattr(args, k)]
+        if missing:
+            ap.error(f"find: the following arguments are required: {', '.join(missing)}")
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         if args.cmd == "schema":
@@ -138,7 +178,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "find":
             from . import find as qfind
 
-            return qfind.run_cli(args)
+            if args.unlock:
+                return _find_unlock(args)
+            rc = qfind.run_cli(args)
+            hint = _lock_hint(args) if rc and not args.dry_run else None
+            if hint:
+                print(hint, file=sys.stderr)
+            return rc
         if args.cmd == "plan":
             from . import plan as qplan
 
