@@ -153,3 +153,15 @@ def test_the_choice_a_person_reads(reply, want):
         c = C.parse("t.jsonl:1: field 'checks[0]'", {"kind": "choice", "answer": chr(65 + answer)},
                     {"options": OPTIONS}, REPO)
         assert C.run(c, reply, tuple(OPTIONS))[0] == (answer == want)
+
+
+@pytest.mark.parametrize("reply", ["9" * 5000, "so 1e999999999", "7 then " + "1," * 3000 + "2"],
+                         ids=["5000_digits", "huge_exponent", "long_list"])
+def test_a_degenerate_run_of_digits_has_no_value_and_no_crash(reply):
+    """Python reads at most 4,300 digits into an int (and 10**999999999 does not end): a degenerate
+    reply's digits are the last number, with no value, in a moment."""
+    got = reading.last_number(reply)
+    assert got.value is None and "past what is read as one" in got.why
+    assert answers.reply_answer(reply) is None
+    c = C.parse("t.jsonl:1: field 'checks[0]'", {"kind": "numeric", "value": 7}, {}, REPO)
+    assert C.run(c, reply, None)[0] is False

@@ -39,6 +39,7 @@ from fractions import Fraction
 DECIMALS = ("auto", "point", "comma")
 MINUS = "-\u2212\ufe63\uff0d"  # hyphen-minus, minus sign, small and full-width hyphen-minus
 DASHES = "-\u2010\u2011\u2012\u2013\u2014\u2212"  # what joins a range's ends: hyphens, figure/en/em dash, minus
+MAX_DIGITS, MAX_EXPONENT = 1000, 1000  # longer runs, larger exponents: no value (see numbers)
 
 _MONTH = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
           r"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?")
@@ -138,6 +139,13 @@ def numbers(text: str, decimal: str = "auto") -> list[Number]:
     out: list[Number] = []
     for m in _TOKEN.finditer(masked):
         start, body, exp = m.start(), m.group(1), m.group(2)
+        if len(body) > MAX_DIGITS or (exp is not None and abs(int(exp.replace("\u2212", "-"))) > MAX_EXPONENT):
+            # a degenerate reply's run of digits (Python reads at most 4,300 into an int) or an exponent
+            # past any float: it stands where the last number is, with no value
+            why = (f"a number of {len(body)} characters" if len(body) > MAX_DIGITS
+                   else f"a number with the exponent {exp}") + ", past what is read as one"
+            out.append(Number(text[start:m.end()][:40], None, why, start, m.end()))
+            continue
         values = _value(body, decimal)
         if values is None:
             continue
