@@ -232,9 +232,17 @@ def test_half_a_surrogate_pair_is_refused_by_line_and_field(tmp_path):
         taskfile.read(p)
     ok = _write(tmp_path, [{**OK, "prompt": "caf\u00e9 \U0001F600"}], name="ok.jsonl")  # escaped, and a whole pair
     assert "\\ud83d\\ude00" in ok.read_text() and taskfile.read(ok).items[0].prompt == "caf\u00e9 \U0001F600"
+    csv_file = tmp_path / "t.csv"  # a JSON cell (options, checks) of a CSV or Parquet file, likewise
+    csv_file.write_text('id,prompt,options,checks\na,Say hi,"[""x\\udc80"", ""y""]","{""kind"": ""choice"", ""answer"": ""y""}"\n')
+    with pytest.raises(DataError, match=r"t\.csv:2: field 'options\[0\]': the escape \\udc80"):
+        taskfile.read(csv_file)
     t = tmp_path / "traffic.jsonl"
     t.write_text('{"messages": [{"role": "user", "content": "hi \\ud800"}]}\n')
     with pytest.raises(DataError, match=r"traffic\.jsonl:1: field 'messages\[0\]\.content': the escape \\ud800"):
+        trafficfile.read(t)
+    t = tmp_path / "traffic.csv"
+    t.write_text('id,messages\nc1,"[{""role"": ""user"", ""content"": ""hi \\ud800""}]"\n')
+    with pytest.raises(DataError, match=r"traffic\.csv:2: field 'messages\[0\]\.content': the escape \\ud800"):
         trafficfile.read(t)
 
 

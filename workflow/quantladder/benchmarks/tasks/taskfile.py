@@ -114,7 +114,7 @@ def _text_records(path: Path, fmt: str):
                 except json.JSONDecodeError as e:
                     raise DataError(f"{path}:{n}: not a JSON object ({e.msg} at column {e.colno})") from None
                 if "\\u" in line:
-                    _no_lone_surrogate(f"{path}:{n}", rec)
+                    no_lone_surrogate(f"{path}:{n}", rec)
                 yield f"{path}:{n}", rec
             return
         reader = csv.DictReader(f)
@@ -124,7 +124,7 @@ def _text_records(path: Path, fmt: str):
             start = reader.line_num + 1
 
 
-def _no_lone_surrogate(where: str, value, field: str = "") -> None:
+def no_lone_surrogate(where: str, value, field: str = "") -> None:
     """JSON may write half of a UTF-16 surrogate pair as an escape (``"\\udc80"``); Python reads it as a
     string no UTF-8 can hold, which would stop the run where a prompt is tokenized. Refused here,
     naming the line and the field."""
@@ -138,11 +138,11 @@ def _no_lone_surrogate(where: str, value, field: str = "") -> None:
                             "written)") from None
     elif isinstance(value, dict):
         for k, v in value.items():
-            _no_lone_surrogate(where, k, field)
-            _no_lone_surrogate(where, v, f"{field}.{k}" if field else str(k))
+            no_lone_surrogate(where, k, field)
+            no_lone_surrogate(where, v, f"{field}.{k}" if field else str(k))
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            _no_lone_surrogate(where, v, f"{field}[{i}]")
+            no_lone_surrogate(where, v, f"{field}[{i}]")
 
 
 # Byte-order marks of the encodings a file may be saved in instead of UTF-8 (the UTF-32 ones first:
@@ -189,9 +189,12 @@ def _cell(where: str, key: str, value):
     """A CSV cell or Parquet string that holds JSON (options, stop, checks)."""
     if key in _JSON_CELLS and isinstance(value, str):
         try:
-            return json.loads(value)
+            out = json.loads(value)
         except json.JSONDecodeError as e:
             raise DataError(f"{where}: field {key!r}: not JSON ({e.msg})") from None
+        if "\\u" in value:
+            no_lone_surrogate(where, out, key)
+        return out
     return value
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ...errors import DataError
 from ...io import hash_obj
-from ..tasks.taskfile import ROLES, format_of, missing, unique_records
+from ..tasks.taskfile import ROLES, no_lone_surrogate, format_of, missing, unique_records
 
 PARTS = ("all", "calib", "eval")
 REPLY_FIELDS = ("completion", "response")  # a plain prompt's logged reply (prompt/completion pairs)
@@ -57,9 +57,11 @@ class TrafficFile:
 def _messages(where: str, raw) -> list[dict]:
     if isinstance(raw, str):  # a CSV cell
         try:
-            raw = json.loads(raw)
+            cell, raw = raw, json.loads(raw)
         except json.JSONDecodeError as e:
             raise DataError(f"{where}: field 'messages': not JSON ({e.msg})") from None
+        if "\\u" in cell:
+            no_lone_surrogate(where, raw, "messages")
     if not isinstance(raw, list) or not raw:
         raise DataError(f"{where}: field 'messages': a non-empty list of chat messages, got {raw!r:.80}")
     for i, m in enumerate(raw):
