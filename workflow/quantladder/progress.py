@@ -220,6 +220,7 @@ def print_after_plan(workflow, cfg: dict, card: str) -> None:
     if id(workflow) in _printed_after:
         return
     _printed_after.add(id(workflow))
+    root = Path.cwd()  # the workflow's directory now; Snakemake changes back to the caller's before exit
 
     def _print() -> None:
         dag = getattr(workflow, "dag", None)
@@ -229,7 +230,7 @@ def print_after_plan(workflow, cfg: dict, card: str) -> None:
                     for j in dag.needrun_jobs(exclude_finished=False) if not j.rule.norun]
         except Exception:  # no plan: Snakemake has said why it could not make one
             return
-        print(summary_text(pending(cfg, card, plan=plan)), file=sys.stderr)
+        print(summary_text(pending(cfg, card, root, plan=plan)), file=sys.stderr)
 
     atexit.register(_print)
 
