@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from . import REPO_ROOT, benchmarks, schemas
+from . import REPO_ROOT, benchmarks, reasoning, schemas
 from .errors import ConfigError
 from .generation_policy import GenerationPolicy
 from .kv_policy import check_batch_invariant, flash_attn_for, parse_kv
@@ -126,6 +126,8 @@ def check_semantics(cfg: dict, source: str = "config") -> None:
                 raise ConfigError(f"{source}: families.{name}: {pre!r} is both a made and a prebuilt rung")
     for kv in cfg.get("kv_types", ["f16"]):
         parse_kv(kv)
+    # reasoning settings a family's template cannot honour, refused at planning where its file is here
+    reasoning.plan_check(cfg, source)
     if GenerationPolicy.of(cfg).batch_invariant:
         check_batch_invariant_config(cfg, source)
     for name, section in (cfg.get("benchmarks") or {}).items():

@@ -107,6 +107,9 @@ def spec(cfg: dict, card: str, family: str, rung: str, kv: str, benchmark: str, 
         s["settings"] = b.group("generation")
         s["benchmark_version"] = b.version
         s["generation"] = GenerationPolicy.of(cfg, benchmark).section
+        named = (cfg["families"][family] or {}).get("reasoning_format")
+        if named:  # a family's reasoning format named in config (docs/thinking.md): only then in the key
+            s["reasoning_format"] = named
     if extra:
         s["extra"] = extra
     return s

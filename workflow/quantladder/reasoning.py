@@ -125,6 +125,12 @@ class Settings(NamedTuple):
     reasoning: str = "auto"             # off | on | auto (the template's default, as the server decides it)
     reasoning_effort: str | None = None  # passed to the template; None: not passed
     reasoning_budget: int = -1           # thinking tokens before the end is forced; -1 unlimited, 0 at once
+    reasoning_budget_message: str = ""   # forced before the end tag (llama-server's --reasoning-budget-message)
+
+
+# The generation keys of the reasoning settings (config/config.schema.yaml): a config that sets none
+# of them keeps the generation keys it had (they enter the key only when set).
+KEYS = ("reasoning", "reasoning_effort", "reasoning_budget", "reasoning_budget_message")
 
 
 def validate_generation(section: dict | None, source: str = "config") -> Settings:
@@ -151,7 +157,12 @@ def validate_generation(section: dict | None, source: str = "config") -> Setting
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < -1:
         raise ConfigError(f"{source}: key generation.reasoning_budget: {budget!r} is not a number of thinking "
                           "tokens (an integer >= 0, or -1 for unlimited)")
-    return Settings(mode, effort, budget)
+    message = g.get("reasoning_budget_message")
+    if message is None:
+        message = ""
+    if not isinstance(message, str):
+        raise ConfigError(f"{source}: key generation.reasoning_budget_message: {message!r} is not text")
+    return Settings(mode, effort, budget, message)
 
 
 def check_family(fmt: Format, settings: Settings, family: str, source: str = "config") -> None:
@@ -530,3 +541,220 @@ def utf8_is_complete(piece: bytes) -> bool:
             expected = 4 if c >= 0xF0 else 3 if c >= 0xE0 else 2 if c >= 0xC0 else 1
             return i >= expected
     return False
+
+
+# -- a family's reasoning at generation ------------------------------------------------------------
+# What the generate job does with the settings (docs/thinking.md, "Generating and scoring"): render
+# with the kwargs, honour the budget while decoding (quantladder.engine), record the split with
+# every reply, and hand the exams the answer alone (quantladder.scoring).
+
+THINKING_CAP = "thinking_cap"  # the verdict's error_type of a reply that ended inside its thinking
+
+
+def is_set(cfg: dict, family: str | None = None) -> bool:
+    """Whether the config sets any reasoning key (or, with ``family``, names the family's format):
+    only then do the settings enter a point's generation key and refuse what a family cannot do."""
+    g = cfg.get("generation") or {}
+    if any(g.get(k) is not None for k in KEYS):
+        return True
+    return bool(family and (((cfg.get("families") or {}).get(family) or {}).get("reasoning_format")))
+
+
+@dataclass(frozen=True)
+class Setup:
+    """How one family generates: its format, the settings, and whether the config set them
+    (``explicit``). A family whose format thinks in markers split here (``splits``) always gets the
+    kwargs (``auto`` when nothing is set, as llama-server) and the split; a family that cannot think
+    gets the kwargs only where the config set a key, so a config that sets none renders, decodes and
+    records its replies exactly as before the keys existed."""
+
+    family: str
+    format: Format
+    settings: Settings
+    explicit: bool
+
+    @property
+    def splits(self) -> bool:
+        return self.format.kind in (TAGS, HARMONY)
+
+    @property
+    def kwargs(self) -> dict | None:
+        if not (self.explicit or self.splits):
+            return None
+        return template_kwargs(self.format, self.settings)
+
+    def record(self) -> dict:
+        """What a generate job's meta keeps of it."""
+        return {"family": self.family, "format": self.format.name, "explicit": self.explicit,
+                "split": self.splits, **self.settings._asdict(), "template_kwargs": self.kwargs}
+
+
+def setup_for(cfg: dict, family: str, template: str | None, source: str = "config") -> Setup:
+    """The family's setup from the config and its chat template's text; a setting the family cannot
+    honour is a ConfigError naming the family and the key (:func:`check_family`). A base model
+    (``chat: false``) renders no template: the settings do not apply to it (format ``none``, nothing set)."""
+    fam = (cfg.get("families") or {}).get(family) or {}
+    settings = validate_generation(cfg.get("generation"), source)
+    if not fam.get("chat", True):
+        return Setup(family, FORMATS["none"], settings, False)
+    fmt = family_format(template, fam.get("reasoning_format"),
+                        where=f"{source}: key families.{family}.reasoning_format")
+    explicit = is_set(cfg, family)
+    if explicit:
+        check_family(fmt, settings, family, source)
+    return Setup(family, fmt, settings, explicit)
+
+
+_TEMPLATES: dict[tuple, str | None] = {}
+
+
+def planning_template(fam: dict) -> tuple[bool, str | None]:
+    """The family's chat template as planning can read it without downloading anything: ``(True,
+    text)`` from a local file (a ``path``, an installed ``package``, a hub file already in the cache,
+    the first of ``parts``), ``(False, None)`` where the file is not on this machine yet (the
+    generate job checks it then). Only the header is read."""
+    from .gguf_meta import scan_header
+    from .models import locate_package_file, source_kind
+
+    src = fam.get("source") or {}
+    try:
+        kind = source_kind(src)
+        if kind == "parts":
+            src = src["parts"][0]
+            kind = source_kind(src)
+        if kind == "path":
+            from pathlib import Path
+
+            path = Path(src["path"]).expanduser()
+        elif kind == "package":
+            path = locate_package_file(src["package"], src.get("file", "*.gguf"))
+        else:
+            from huggingface_hub import try_to_load_from_cache
+
+            hf = src.get("hf") or {}
+            got = try_to_load_from_cache(hf.get("repo_id", ""), hf.get("filename", ""), revision=hf.get("revision"),
+                                         repo_type=hf.get("repo_type", "model"))
+            if not isinstance(got, str):
+                return False, None
+            from pathlib import Path
+
+            path = Path(got)
+        st = path.stat()
+        key = (str(path), st.st_mtime_ns, st.st_size)
+        if key not in _TEMPLATES:
+            fields, _ = scan_header(path)
+            t = fields.get("tokenizer.chat_template")
+            _TEMPLATES[key] = t.decode() if isinstance(t, bytes) else t
+        return True, _TEMPLATES[key]
+    except Exception:  # not readable here (not downloaded, a part without the whole header): the job checks
+        return False, None
+
+
+def plan_check(cfg: dict, source: str = "config") -> None:
+    """At planning (config validation, the DAG's build): every enabled chat family whose config sets
+    reasoning is checked against its template where the file is on this machine (a hub file not
+    fetched yet is checked by its generate job, with the same error)."""
+    if not any(is_set(cfg, f) for f in cfg.get("families") or {}):
+        return
+    validate_generation(cfg.get("generation"), source)
+    for name, fam in (cfg.get("families") or {}).items():
+        fam = fam or {}
+        if not fam.get("enabled", True) or not fam.get("chat", True) or not is_set(cfg, name):
+            continue
+        if fam.get("reasoning_format"):
+            setup_for(cfg, name, None, source)
+            continue
+        found, template = planning_template(fam)
+        if found:
+            setup_for(cfg, name, template, source)
+
+
+# -- one reply: what the engine honours and records ------------------------------------------------
+
+@dataclass(frozen=True)
+class ReplyPlan:
+    """What the engine needs for one request of a thinking family: the format, where the reply
+    starts (the generation prompt's state), the budget machine's token sequences (the start tag,
+    the end tag, the forced message + end tag, all tokenized by the model's vocabulary) and the
+    generation prompt's tokens it is prefilled with (common/sampling.cpp feeds them first)."""
+
+    format: Format
+    started_in_thinking: bool
+    thinking_in_prompt: bool
+    start: tuple[int, ...]
+    ends: tuple[tuple[int, ...], ...]
+    forced: tuple[int, ...]
+    budget: int
+    prefill: tuple[int, ...] = ()
+
+    def machine(self, utf8_complete: Callable[[int], bool] | None = None) -> ReasoningBudget:
+        m = ReasoningBudget([self.start], self.ends, self.forced, self.budget, IDLE, utf8_complete)
+        m.prefill(self.prefill)
+        return m
+
+    def fields(self, text: str, *, thinking_tokens: int, answer_tokens: int, forced: bool,
+               finish_reason: str) -> dict:
+        """The reply's record fields (docs/thinking.md, "The reply record"): its split, the tokens of
+        each part, and how the thinking ended."""
+        sp = split(text, self.format, self.started_in_thinking, self.thinking_in_prompt)
+        thought = self.started_in_thinking or bool(sp.reasoning) or thinking_tokens > 0 or not sp.closed
+        if not thought:
+            end = None
+        elif not sp.closed:
+            end = "context" if finish_reason == "length" else "stop"
+        elif forced:
+            end = "budget"
+        else:
+            end = "model"
+        return {"reasoning_format": self.format.name, "reasoning": sp.reasoning, "answer": sp.answer,
+                "thinking_tokens": int(thinking_tokens), "answer_tokens": int(answer_tokens),
+                "thinking_closed": bool(sp.closed), "thinking_self_closed": end == "model",
+                "thinking_forced": bool(forced), "thinking_end": end, "thinking_budget": int(self.budget)}
+
+
+def reply_plan(setup: Setup | None, gen_prompt: str, tokenize: Callable[[str], Sequence[int]]) -> ReplyPlan | None:
+    """The plan of one reply whose rendered prompt ends with ``gen_prompt`` (the reply's own turn as
+    the template wrote it: :func:`generation_prompt`; "" for a prompt no template wrote). None for a
+    family whose replies are not split (the engine then decodes exactly as without reasoning).
+    ``tokenize(text)``: the model's tokens of a text, no BOS, special tokens parsed."""
+    if setup is None or not setup.splits:
+        return None
+    fmt = setup.format
+    st = prompt_state(gen_prompt, fmt)
+    end = tuple(int(t) for t in tokenize(fmt.end))
+    msg = tuple(int(t) for t in tokenize(setup.settings.reasoning_budget_message)) \
+        if setup.settings.reasoning_budget_message else ()
+    return ReplyPlan(fmt, st.started_in_thinking, st.thinking_in_prompt, tuple(int(t) for t in tokenize(fmt.start)),
+                     (end,), msg + end, setup.settings.reasoning_budget,
+                     tuple(int(t) for t in tokenize(gen_prompt)) if gen_prompt else ())
+
+
+# -- what an exam scores ---------------------------------------------------------------------------
+
+SPLIT_FIELDS = ("reasoning_format", "reasoning", "answer", "thinking_tokens", "answer_tokens", "thinking_closed",
+                "thinking_self_closed", "thinking_forced", "thinking_end", "thinking_budget")
+
+
+def has_split(rec: dict) -> bool:
+    """Whether a reply record carries the split (a family whose replies are split)."""
+    return "answer" in rec and "thinking_closed" in rec
+
+
+def unanswered(rec: dict) -> bool:
+    """The reply ended inside its thinking: it has no answer (verdict ``thinking_cap``)."""
+    return has_split(rec) and not rec.get("thinking_closed")
+
+
+def answer_view(rec: dict) -> dict:
+    """The record an exam scores: its ``text`` is the answer alone (the whole reply kept as
+    ``reply``); a record without the split is returned as it is."""
+    if not has_split(rec):
+        return rec
+    return {**rec, "text": rec.get("answer") or "", "reply": rec.get("text", "")}
+
+
+def cap_detail(rec: dict) -> str:
+    """Why a ``thinking_cap`` item has no answer, for its verdict."""
+    why = {"context": "the sequence's context ran out", "stop": "an end-of-generation token or a stop string came"}
+    return (f"the reply ended inside its thinking ({why.get(rec.get('thinking_end'), rec.get('thinking_end'))}, "
+            f"after {rec.get('thinking_tokens')} thinking tokens): no answer to score")
