@@ -7,10 +7,10 @@ CORES  ?= all
 .PHONY: run run-full report test setup system-packages lint clean-results
 
 # A run that was killed (Ctrl-C twice, a reboot) resumes: the jobs it cut short are redone from their
-# resume stores (--rerun-incomplete), every finished job is kept. A job that stops at its time budget
-# (exit 75: its `runtime` ran out on a busy machine) is tried once more in the same run with twice
-# the budget, resuming its items (--retries 1, as the Slurm profile does), and the other jobs go on
-# meanwhile (--keep-going): one slow job no longer ends a run of hours.
+# resume stores (--rerun-incomplete), every finished job is kept. A job that fails is tried once more
+# in the same run, resuming its items (--retries 1, as the Slurm profile does), and the other jobs go
+# on meanwhile (--keep-going): one failed job no longer ends a run of hours. On one machine no job
+# stops at its `runtime` (quantladder.budget: only a scheduler's limit stops a job).
 SNAKEMAKE_RUN = $(BIN)/snakemake --cores $(CORES) --rerun-incomplete --retries 1 --keep-going
 
 run: setup
