@@ -7,8 +7,9 @@ budget-stopped job (exit 75) resumes from it, and the declared outputs are writt
 
 from pathlib import Path
 
-from quantladder import budget, generation, points
+from quantladder import budget, generation, points, reasoning
 from quantladder.benchmarks.base import read_items
+from quantladder.corpora import chat_template_of
 from quantladder.engine import Engine
 from quantladder.generation_policy import GenerationPolicy
 from quantladder.gguf_meta import GGUFInfo
@@ -47,11 +48,21 @@ def run(smk):
 
         reference, _ = JsonlFile(smk.input.reference_verdicts, VERDICTS).read_declared()
         stopper = Stopper(bench, items, reference, ScoringContext(env, threads=1))
+    # a thinking family renders with the reasoning kwargs, honours the thinking's budget and records
+    # the split of every reply (docs/thinking.md); the rung's own template decides its format
+    setup = reasoning.setup_for(pt.config, pt.family, chat_template_of(pt.model_path)[0],
+                                source=f"config (family {pt.family}, rung {pt.rung})")
+
+    def engine_for(n_ctx: int) -> Engine:
+        eng = Engine(pt.model_path, pt.engine_settings(n_ctx=n_ctx, n_parallel=n_parallel,
+                                                       prefix_cache=policy.prefix_cache,
+                                                       batch_invariant=policy.batch_invariant))
+        eng.reasoning = setup
+        return eng
+
     loop = generation.Loop(
         bench, items, key=smk.params.key, store_dir=Path(smk.output.generations).parent,
-        engine_for=lambda n_ctx: Engine(pt.model_path, pt.engine_settings(
-            n_ctx=n_ctx, n_parallel=n_parallel, prefix_cache=policy.prefix_cache,
-            batch_invariant=policy.batch_invariant)),
+        engine_for=engine_for,
         n_parallel=n_parallel, wave_factor=policy.wave_factor,
         budget=budget.from_snakemake(smk), time_budget_s=bench.settings.get("time_budget_s"),
         label=f"{bench.name} {pt.family}/{pt.rung}/{pt.kv}" + (" (noise floor)" if pt.series == "noise" else ""),
@@ -59,6 +70,7 @@ def run(smk):
     result = loop.run()
     generation.write_outputs(result, smk.output.generations, smk.output.meta, extra={
         "blocked": False, "items_sha256": items_meta["sha256"], "policy": policy.record, "series": pt.series,
+        **({"reasoning": setup.record()} if setup.explicit or setup.splits else {}),
         **({"not_regenerated": {"items": alone, "reason": generation.ALONE_REASON}} if alone else {})})
 
 

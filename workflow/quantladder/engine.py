@@ -125,6 +125,11 @@ class Request:
     # only the rest is decoded. A part of the schedule, declared by the driver: the reply depends on
     # the kept cells (as the previous reply did on its batch mates), never on another item's
     continues: bool = False
+    # A thinking family's reply (quantladder.reasoning.ReplyPlan; None: decoded as always): the
+    # thinking's budget is honoured (its end forced at the budget, as llama.cpp's reasoning-budget
+    # sampler does), ``max_tokens`` counts the answer's tokens alone, stop strings apply to the
+    # answer, and the Generation carries the split (``Generation.reasoning``)
+    reasoning: Any = None
 
 
 @dataclass
@@ -141,13 +146,22 @@ class Generation:
     tokens: tuple[int, ...] = ()  # the generated ids (an end-of-generation token is not one of them)
     n_kept_tokens: int = 0  # prompt tokens whose cells the previous request left (Request.continues)
     n_cached_tokens: int = 0  # prompt tokens whose cells came from the prefix cache (whole chunks)
+    # the split of a thinking family's reply (quantladder.reasoning.ReplyPlan.fields: reasoning,
+    # answer, thinking/answer tokens, how the thinking ended); None where the request had no plan
+    reasoning: dict | None = None
+
+    @property
+    def answer(self) -> str:
+        """What an exam reads of the reply: the answer part of a split reply ("" when its thinking
+        never closed), else the whole text."""
+        return self.text if self.reasoning is None else self.reasoning["answer"]
 
     def record(self, **after_text) -> dict:
         """The reply as every benchmark stores it in generations.jsonl (``after_text``: the benchmark's
-        own fields, placed after the text)."""
+        own fields, placed after the text; a split reply's fields last, docs/thinking.md)."""
         return {"text": self.text, **after_text, "n_prompt_tokens": self.n_prompt_tokens,
                 "n_gen_tokens": self.n_gen_tokens, "finish_reason": self.finish_reason,
-                "seconds": round(self.seconds, 4)}
+                "seconds": round(self.seconds, 4), **(self.reasoning or {})}
 
 
 Driver = Generator[Request, Generation, Any]
@@ -160,7 +174,8 @@ class _Seq:
     """One request in one slot: where it stands and what it produced."""
 
     __slots__ = ("index", "driver", "prompt", "budget", "stops", "max_stop", "phase", "pos", "tokens",
-                 "buf", "last", "t0", "cut", "kept", "cached")
+                 "buf", "last", "t0", "cut", "kept", "cached", "plan", "machine", "room", "n_think", "n_answer",
+                 "forced", "answer_at")
 
     def __init__(self, index, driver, prompt, budget, stops, t0):
         self.index, self.driver, self.prompt, self.budget, self.t0 = index, driver, prompt, budget, t0
@@ -174,6 +189,13 @@ class _Seq:
         self.cut = -1  # where a stop string begins in buf
         self.cached = 0  # leading prompt tokens whose cells came from the prefix cache
         self.kept = 0  # leading prompt tokens whose cells the previous request left (Request.continues)
+        # a thinking family's reply (Request.reasoning): its budget machine, the room in its context,
+        # the tokens of each part, whether the end was forced, where the answer's bytes begin
+        self.plan = self.machine = None
+        self.room = budget
+        self.n_think = self.n_answer = 0
+        self.forced = False
+        self.answer_at = 0
 
 
 class Engine(LlamaHandle):
@@ -204,6 +226,10 @@ class Engine(LlamaHandle):
         self.resolved = {**r, "n_batch": n_batch, "n_ubatch": n_ubatch, "n_seq_max": n_par,
                          "kv_unified": False, "n_ctx_seq": n_ctx_seq}
         self._template: dict[bool, Any] = {}
+        # a thinking family's setup (quantladder.reasoning.Setup; set by the generate job): chat_prompt
+        # renders with its kwargs, and a request's ReplyPlan comes from the rendered reply's turn
+        self.reasoning = None
+        self._turns: dict[str, int] = {}  # recent renderings -> where the reply's own turn begins
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
         self._piece_buf = ctypes.create_string_buffer(256)
@@ -296,6 +322,9 @@ class Engine(LlamaHandle):
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         kwargs = dict(template_kwargs or {})
+        setup_kw = self.reasoning.kwargs if self.reasoning is not None else None
+        if setup_kw:  # the family's reasoning kwargs, under the caller's own
+            kwargs = {**setup_kw, **kwargs}
         # variables the formatter passes itself: a kwarg of the same name would collide in its call
         own = ("messages", "add_generation_prompt", "bos_token", "eos_token", "raise_exception", "strftime_now",
                "functions", "function_call", "tool_choice")
@@ -306,15 +335,56 @@ class Engine(LlamaHandle):
         tmpl = self.chat_template
         if not tmpl:
             raise ConfigError(f"{self.model_path}: the GGUF has no chat template (tokenizer.chat_template)")
-        fmt = self._template.get(bool(add_generation_prompt))
-        if fmt is None:
-            bos_id, eos_id = self.token_bos(), self.token_eos()
-            bos = self.detokenize_bytes([bos_id]).decode(errors="replace") if bos_id >= 0 else ""
-            eos = self.detokenize_bytes([eos_id]).decode(errors="replace") if eos_id >= 0 else ""
-            fmt = Jinja2ChatFormatter(template=tmpl, bos_token=bos, eos_token=eos,
-                                      add_generation_prompt=add_generation_prompt)
-            self._template[bool(add_generation_prompt)] = fmt
-        return fmt(messages=messages, **kwargs).prompt
+
+        def render(msgs, agp: bool) -> str:
+            fmt = self._template.get(agp)
+            if fmt is None:
+                bos_id, eos_id = self.token_bos(), self.token_eos()
+                bos = self.detokenize_bytes([bos_id]).decode(errors="replace") if bos_id >= 0 else ""
+                eos = self.detokenize_bytes([eos_id]).decode(errors="replace") if eos_id >= 0 else ""
+                fmt = Jinja2ChatFormatter(template=tmpl, bos_token=bos, eos_token=eos, add_generation_prompt=agp)
+                self._template[agp] = fmt
+            return fmt(messages=msgs, **kwargs).prompt
+
+        text = render(messages, bool(add_generation_prompt))
+        if self.reasoning is not None and self.reasoning.splits:
+            # where the reply's own turn begins: the generation prompt is the rendering past its
+            # common prefix with the rendering without it (common/chat.cpp); a prompt that ends in a
+            # prefilled assistant turn (the code exams') begins it where the rendering of the turns
+            # before it, with the generation prompt, stops agreeing
+            from .reasoning import generation_prompt
+
+            if add_generation_prompt:
+                other = render(messages, False)
+            elif messages and messages[-1].get("role") == "assistant":
+                other = render(messages[:-1], True)
+            else:
+                other = text
+            at = len(text) - len(generation_prompt(text, other))
+            self._turns.pop(text, None)
+            self._turns[text] = at
+            while len(self._turns) > 64:
+                self._turns.pop(next(iter(self._turns)))
+        return text
+
+    def reply_plan(self, prompt: str, generation_prompt: str | None = None):
+        """The ReplyPlan of a request for the rendered ``prompt`` (quantladder.reasoning.reply_plan),
+        None where the family's replies are not split. The reply's turn is read from the rendering
+        the prompt was made from (the latest of this engine's that the prompt extends or cuts short:
+        a driver renders, then asks), or given (``generation_prompt``: a prompt rendered elsewhere,
+        RULER's items); a prompt no template wrote starts outside any thinking."""
+        from . import reasoning
+
+        if self.reasoning is None or not self.reasoning.splits:
+            return None
+        if generation_prompt is None:
+            generation_prompt = ""
+            for text, at in reversed(self._turns.items()):
+                if len(prompt) >= at and (prompt.startswith(text) or text.startswith(prompt)):
+                    generation_prompt = prompt[at:]
+                    break
+        return reasoning.reply_plan(self.reasoning, generation_prompt,
+                                    lambda t: self.tokenize(t, add_bos=False, special=True))
 
     # -- generation -------------------------------------------------------------------------
     def generate(self, prompt: str | Sequence[int], max_tokens: int, stop: Sequence[str] = ()) -> Generation:
@@ -453,6 +523,8 @@ class Engine(LlamaHandle):
                 stops = tuple(s.encode("utf-8") for s in req.stop if s)
                 slots[k] = _Seq(i, d, prompt.astype(np.int32), budget, stops, t0)
                 slots[k].kept = kept
+                if req.reasoning is not None:
+                    self._arm(slots[k], req.reasoning, room)
                 self.last_run["kept_tokens"] += kept
                 return
             reason = "prompt_too_long" if room <= 0 else "length"
@@ -474,9 +546,13 @@ class Engine(LlamaHandle):
         held = s.prompt.tolist() + s.tokens[:s.pos - int(s.prompt.size)]
         data = bytes(s.buf[:s.cut]) if s.cut >= 0 else bytes(s.buf)
         # an incomplete trailing UTF-8 character (cut by the budget) is dropped, as llama-cpp-python does
-        g = Generation(text=data.decode("utf-8", errors="ignore"), n_prompt_tokens=int(s.prompt.size),
+        text = data.decode("utf-8", errors="ignore")
+        g = Generation(text=text, n_prompt_tokens=int(s.prompt.size),
                        n_gen_tokens=len(s.tokens), finish_reason=reason, seconds=time.perf_counter() - s.t0,
                        tokens=tuple(s.tokens), n_kept_tokens=s.kept, n_cached_tokens=s.cached)
+        if s.plan is not None:
+            g.reasoning = s.plan.fields(text, thinking_tokens=s.n_think, answer_tokens=s.n_answer, forced=s.forced,
+                                        finish_reason=reason)
         try:
             req = s.driver.send(g)
         except StopIteration as e:
@@ -486,10 +562,87 @@ class Engine(LlamaHandle):
             return
         self._place(k, s.index, s.driver, req, slots, on_finish, held=held)
 
+    def _arm(self, s: _Seq, plan, room: int) -> None:
+        """A thinking family's request: its budget machine, prefilled with the generation prompt's
+        tokens; the answer's budget stays ``s.budget``, the thinking's is the plan's, and the
+        sequence's context (``room``) bounds both: with an unlimited budget the thinking runs until
+        the model closes it or the context is full (docs/thinking.md, "The hard cap")."""
+        from .reasoning import utf8_is_complete
+
+        def complete(token: int) -> bool:
+            piece = self._pieces.get(token)
+            if piece is None:
+                piece = self._pieces[token] = self._piece(token)
+            return utf8_is_complete(piece)
+
+        s.plan = plan
+        s.machine = plan.machine(complete)
+        s.room = room
+
+    def _choose(self, s: _Seq, token: int) -> int:
+        """The token a sequence takes: the one its budget forces, else the sampled one."""
+        if s.machine is not None:
+            forced = s.machine.forced()
+            if forced is not None:
+                s.forced = True
+                return int(forced)
+        return token
+
+    def _accept_thinking(self, k, slots, token: int, on_finish) -> int:
+        """``_accept`` for a thinking family's request: the token fed to its budget machine and counted
+        as thinking (the start tag that opened a block, everything up to and with its end tag, the
+        forced tokens) or answer; stop strings apply to the answer's bytes; the answer's budget
+        counts answer tokens, the context every token."""
+        from .reasoning import COUNTING, DONE, FORCING, IDLE, WAITING_UTF8
+
+        s = slots[k]
+        eog = self._eog.get(token)
+        if eog is None:
+            eog = self._eog[token] = bool(self.lc.llama_vocab_is_eog(self.vocab, token))
+        if eog:
+            self._finish(k, slots, "stop", on_finish)
+            return 0
+        inside = (COUNTING, WAITING_UTF8, FORCING)
+        m = s.machine
+        before = m.state
+        m.accept(token)
+        s.tokens.append(token)
+        if before in inside or m.state in inside:
+            s.n_think += 1
+            if before in (IDLE, DONE):  # a block opened: its start tag's earlier tokens were thinking too
+                back = min(len(s.plan.start) - 1, s.n_answer)
+                s.n_answer -= back
+                s.n_think += back
+        else:
+            s.n_answer += 1
+        piece = self._pieces.get(token)
+        if piece is None:
+            piece = self._pieces[token] = self._piece(token)
+        start = len(s.buf)
+        s.buf += piece
+        answering = m.state not in inside and not (before in inside)
+        if before in inside and m.state == DONE:
+            s.answer_at = len(s.buf)  # the answer begins after the end tag
+        if s.stops and answering:
+            lo = max(s.answer_at, start - s.max_stop + 1)
+            hits = [j for j in (s.buf.find(st, lo) for st in s.stops) if j >= 0]
+            if hits:
+                s.cut = min(hits)
+                self._finish(k, slots, "stop", on_finish)
+                return 1
+        if s.n_answer >= s.budget or len(s.tokens) >= s.room:
+            self._finish(k, slots, "length", on_finish)
+            return 1
+        s.last = token
+        s.phase = _GEN
+        return 1
+
     def _accept(self, k, slots, token: int, on_finish) -> int:
         """Take the sampled ``token`` for slot ``k``; end the request where it ends. Returns the tokens
         added to the reply (0 or 1)."""
         s = slots[k]
+        if s.machine is not None:
+            return self._accept_thinking(k, slots, self._choose(s, token), on_finish)
         eog = self._eog.get(token)
         if eog is None:
             eog = self._eog[token] = bool(self.lc.llama_vocab_is_eog(self.vocab, token))

@@ -56,6 +56,12 @@ def data_path(recorded) -> Path:
     return REPO_ROOT / p
 
 
+def reply_plan(engine, prompt: str, generation_prompt: str | None = None):
+    """The engine's ReplyPlan for a rendered prompt (None: not a thinking family's engine)."""
+    plan = getattr(engine, "reply_plan", None)
+    return plan(prompt, generation_prompt) if plan is not None else None
+
+
 @dataclass(frozen=True)
 class Item:
     """One item of a benchmark, as the items file stores it (JSON)."""
@@ -222,9 +228,14 @@ class Benchmark:
         raise NotImplementedError
 
     @staticmethod
-    def ask(engine, prompt: str, max_tokens: int, stop=()) -> Generator[Request, Generation, Generation]:
-        """One request for a rendered prompt (``yield from`` in a driver): the Generation it gets."""
-        return (yield Request(engine.prompt_tokens(prompt), int(max_tokens), tuple(stop)))
+    def ask(engine, prompt: str, max_tokens: int, stop=(), generation_prompt: str | None = None
+            ) -> Generator[Request, Generation, Generation]:
+        """One request for a rendered prompt (``yield from`` in a driver): the Generation it gets. A
+        thinking family's request carries its ReplyPlan (``Engine.reply_plan``: the budget, the split;
+        ``generation_prompt``, the reply's turn, where the prompt was rendered by another engine), so
+        ``max_tokens`` counts the answer and the Generation's ``answer`` is what the exam reads."""
+        return (yield Request(engine.prompt_tokens(prompt), int(max_tokens), tuple(stop),
+                              reasoning=reply_plan(engine, prompt, generation_prompt)))
 
     def ask_user(self, engine, content: str) -> Generator[Request, Generation, dict]:
         """The single-turn chat driver: ``content`` as the user's turn, ``max_new_tokens`` of reply."""
