@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 
+from . import reasoning
 from .benchmarks.base import Benchmark, Item, ScoringContext
 from .errors import DataError
 from .stats.sequential import SequentialPairedTest
@@ -45,9 +46,13 @@ class Stopper:
     def __call__(self, records: list[dict]) -> dict | None:
         new = [r for r in records if r["item_id"] not in self.fed]
         if new:
-            todo = [r for r in new if not (r.get("finish_reason") == "prompt_too_long" and not r.get("n_gen_tokens"))]
+            # as the score stage: no verdict asked for a reply never decoded or one that ended inside
+            # its thinking (both fail), and the exam reads a split reply's answer alone
+            todo = [r for r in new if not (r.get("finish_reason") == "prompt_too_long" and not r.get("n_gen_tokens"))
+                    and not reasoning.unanswered(r)]
             got = {v["item_id"]: v for v in (self.bench.verdicts([self.items[r["item_id"]] for r in todo],
-                                                                 {r["item_id"]: r for r in todo}, self.ctx)
+                                                                 {r["item_id"]: reasoning.answer_view(r) for r in todo},
+                                                                 self.ctx)
                                              if todo else [])}
             for r in new:  # in plan order: the test's items arrive in the order fixed in advance
                 v = got.get(r["item_id"], {"correct": False})

@@ -4,7 +4,10 @@ It never generates. Per point it
 - checks that the generations are the planned ones (an empty or short file is ``incomplete`` with the
   count, never a complete-looking point; a file of other items is an error naming it);
 - applies the one prompt-overflow rule (a prompt that did not fit was never decoded: the item fails
-  with ``prompt_too_long``) and hands every other item to the benchmark's ``verdicts``, in chunks
+  with ``prompt_too_long``) and the one thinking rule (a thinking family's reply that ended inside its
+  thinking has no answer: ``thinking_cap``), and hands every other item to the benchmark's
+  ``verdicts`` with the reply's answer as its ``text`` (``reasoning.answer_view``: an exam never
+  reads a family's thinking; docs/thinking.md), in chunks
   whose verdicts are appended to a store as they come (a killed scoring job resumes), keyed by the
   scoring key and the reply's hash;
 - writes the benchmark's own rows plus the figures every task has, under one name each: failed items
@@ -20,7 +23,7 @@ import logging
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from . import metrics
+from . import metrics, reasoning
 from .benchmarks.base import Benchmark, Item, ScoringContext
 from .budget import Budget
 from .engine import parse_kv
@@ -68,6 +71,11 @@ def score(bench: Benchmark, items: list[Item], records: list[dict], gen_meta: di
                  "detail": f"the prompt ({rec.get('n_prompt_tokens')} tokens) does not fit the context "
                            f"({rec.get('n_ctx') or bench.n_ctx(it)} tokens): not decoded"}
             verdicts[it.id] = _stamp(v, it, rec, key)
+        elif reasoning.unanswered(rec):
+            # the reply ended inside its thinking: no answer to give the exam (docs/thinking.md)
+            v = {"item_id": it.id, **bench.no_reply_verdict(it, ctx), "correct": False,
+                 "error_type": reasoning.THINKING_CAP, "detail": reasoning.cap_detail(rec)}
+            verdicts[it.id] = _stamp(v, it, rec, key)
         else:
             pending.append(it)
     if len(verdicts) < len(todo):
@@ -77,7 +85,7 @@ def score(bench: Benchmark, items: list[Item], records: list[dict], gen_meta: di
         bud.check(done=len(verdicts), total=len(todo), what="items scored")
         chunk = pending[i:i + CHUNK]
         with bud.item():
-            got = bench.verdicts(chunk, {it.id: by_id[it.id] for it in chunk}, ctx)
+            got = bench.verdicts(chunk, {it.id: reasoning.answer_view(by_id[it.id]) for it in chunk}, ctx)
         by = {v["item_id"]: v for v in got}
         for it in chunk:
             if it.id not in by:

@@ -26,6 +26,8 @@ from pathlib import Path
 from ... import sandbox as qsandbox
 from ...engine import Request
 from ...loops import is_degenerate
+from ...reasoning import THINKING_CAP
+from ..base import reply_plan
 from . import parse, prompts
 from .data import backend_sources
 
@@ -151,6 +153,8 @@ def drive_item(engine, root, item: dict, executor: SandboxExecutor, *, max_token
     end = "done"
     degenerate = False
     runs0 = executor.runs
+    steps: list[dict] = []  # a thinking family's split of each step (Generation.reasoning)
+    full_text: list[str] = []  # and each step's whole reply
     for t, turn_msgs in enumerate(item["question"]):
         if str(t) in missed:
             turn_msgs = [prompts.added_functions_message(root, missed[str(t)])]
@@ -163,7 +167,8 @@ def drive_item(engine, root, item: dict, executor: SandboxExecutor, *, max_token
             prompt = engine.chat_prompt(messages)
             # every step after the item's first continues its sequence: the conversation so far
             # stays in the KV cache and only the new messages are decoded (Request.continues)
-            gen = yield Request(engine.prompt_tokens(prompt), int(max_tokens), continues=bool(n_steps))
+            gen = yield Request(engine.prompt_tokens(prompt), int(max_tokens), continues=bool(n_steps),
+                                reasoning=reply_plan(engine, prompt))
             n_steps += 1
             if gen.finish_reason == "prompt_too_long":
                 end = "prompt_too_long"
@@ -172,9 +177,21 @@ def drive_item(engine, root, item: dict, executor: SandboxExecutor, *, max_token
             n_kept += gen.n_kept_tokens
             n_gen += gen.n_gen_tokens
             degenerate = degenerate or is_degenerate(gen.text, gen.n_gen_tokens, gen.finish_reason)
-            steps_text.append(gen.text)
-            messages.append({"role": "assistant", "content": gen.text})
-            calls = decode_step(gen.text)
+            if gen.reasoning is not None:  # a thinking family: the step's answer is what BFCL reads
+                steps.append(gen.reasoning)
+                full_text.append(gen.text)
+                if not gen.reasoning["thinking_closed"]:
+                    end = THINKING_CAP  # no answer: the item ends here, its verdict says why
+                    break
+                # the turn goes back into the conversation as the server replays it: the answer as
+                # its content, the thinking as its reasoning_content (the template keeps or drops it)
+                messages.append({"role": "assistant", "content": gen.answer,
+                                 **({"reasoning_content": gen.reasoning["reasoning"]}
+                                    if gen.reasoning["reasoning"] else {})})
+            else:
+                messages.append({"role": "assistant", "content": gen.text})
+            steps_text.append(gen.answer)
+            calls = decode_step(gen.answer)
             if calls is None:
                 break
             executed[-1].append(calls)
@@ -191,10 +208,39 @@ def drive_item(engine, root, item: dict, executor: SandboxExecutor, *, max_token
         turns_text.append(steps_text)
         if end != "done":
             break
-    return {"turns": turns_text, "end": end, "text": "\n".join(s for turn in turns_text for s in turn),
-            "n_prompt_tokens": n_prompt, "n_kept_tokens": n_kept, "n_gen_tokens": n_gen, "finish_reason": end,
-            "seconds": round(time.perf_counter() - t0, 4), "degenerate": degenerate,
-            "sandbox_runs": executor.runs - runs0}
+    rec = {"turns": turns_text, "end": end, "text": "\n".join(s for turn in turns_text for s in turn),
+           "n_prompt_tokens": n_prompt, "n_kept_tokens": n_kept, "n_gen_tokens": n_gen, "finish_reason": end,
+           "seconds": round(time.perf_counter() - t0, 4), "degenerate": degenerate,
+           "sandbox_runs": executor.runs - runs0}
+    if steps:  # a thinking family: ``turns`` holds each step's answer; the item's split sums its steps'
+        rec["text"] = "\n".join(full_text)
+        rec.update(merge_steps(steps, turns_text))
+    return rec
+
+
+def merge_steps(steps: list[dict], turns_text: list[list[str]]) -> dict:
+    """A multi-turn item's split from its steps' (quantladder.reasoning's record fields): the
+    thinking of every step, the answers as ``turns`` holds them, the tokens summed, closed only when
+    every step's thinking closed, forced when any step's was, and the last step's ending."""
+    last = steps[-1]
+    thought = [s for s in steps if s["thinking_end"] is not None]
+    closed = all(s["thinking_closed"] for s in steps)
+    forced = any(s["thinking_forced"] for s in steps)
+    if not closed:
+        end = last["thinking_end"]
+    elif any(s["thinking_end"] == "budget" for s in steps):
+        end = "budget"
+    else:
+        end = "model" if thought else None
+    return {"reasoning_format": last["reasoning_format"],
+            "reasoning": "\n".join(s["reasoning"] for s in steps if s["reasoning"]),
+            "answer": "\n".join(a for turn in turns_text for a in turn),
+            "thinking_tokens": sum(s["thinking_tokens"] for s in steps),
+            "answer_tokens": sum(s["answer_tokens"] for s in steps),
+            "thinking_closed": closed,
+            "thinking_self_closed": bool(thought) and all(s["thinking_end"] == "model" for s in thought),
+            "thinking_forced": forced, "thinking_end": end,
+            "thinking_budget": last["thinking_budget"], "thinking_steps": len(steps)}
 
 
 def _unordered_contains(needles: list, hay: list) -> tuple[bool, list]:

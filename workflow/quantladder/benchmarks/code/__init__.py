@@ -77,7 +77,7 @@ class _CodeSuite(Benchmark):
         prompt = prompts.chat_prompt(lambda m: engine.chat_prompt(m, add_generation_prompt=False),
                                      item.data["prompt"], item.subset or "complete")
         gen = yield from self.ask(engine, prompt, self.settings["max_new_tokens"], prompts.STOP)
-        return gen.record(code=extract_code(gen.text, item.data["entry_point"]))
+        return gen.record(code=extract_code(gen.answer, item.data["entry_point"]))  # the answer alone
 
     # -- scoring -------------------------------------------------------------------------------
     def verdicts(self, items, generations, ctx):
