@@ -231,8 +231,14 @@ def test_partial_credit_task_scores_get_scipys_paired_t_and_an_exact_sign_flip_t
         lo_g, hi_g = stats.tango_interval(n_star * np.clip(-dd, 0, None).mean(), n_star * np.clip(dd, 0, None).mean(),
                                           n_star)
         assert r["delta_ci_low"] <= 100 * ci.low + 1e-9 and r["delta_ci_high"] >= 100 * ci.high - 1e-9
-        assert (r["delta_ci_low"], r["delta_ci_high"]) == pytest.approx((100 * min(ci.low, lo_g),
-                                                                        100 * max(ci.high, hi_g)))
+        # the t part on the squared residuals' effective number of terms as its degrees of freedom (a few
+        # items that differ carry the variance), at most n − 1
+        a = (dd - dd.mean()) ** 2
+        df = min(n - 1, max(1.0, a.sum() ** 2 / (a * a).sum() - 1))
+        q = sps.t.ppf(0.975, df) * dd.std(ddof=1) / np.sqrt(n)
+        t_lo, t_hi = dd.mean() - q, dd.mean() + q
+        assert (r["delta_ci_low"], r["delta_ci_high"]) == pytest.approx((100 * min(t_lo, lo_g),
+                                                                        100 * max(t_hi, hi_g)))
         # the sign-flip test by brute force over every sign vector of the nonzero differences
         d = (y - x)[(y - x) != 0]
         obs = abs(d.sum())

@@ -320,12 +320,14 @@ def sign_flip_pvalue(diffs: np.ndarray, *, seed: int = 0, exact_support_max: int
 
 # ------------------------------------------------------------------------------------------ estimators
 
-def _weighted_se(d: np.ndarray, w: np.ndarray, strata: Sequence | None) -> tuple[float, int, str]:
+def _weighted_se(d: np.ndarray, w: np.ndarray, strata: Sequence | None) -> tuple[float, float, str]:
     """Linearization standard error of the weighted mean sum(w d)/sum(w), and its degrees of freedom.
 
-    Unstratified: V = n/(n−1) Σ w_i² (d_i − d̄)² / (Σw)² (the with-replacement sandwich estimator).
+    Unstratified: V = n/(n−1) Σ w_i² (d_i − d̄)² / (Σw)² (the with-replacement sandwich estimator), on
+    (Σa)²/Σa² − 1 degrees of freedom with a_i = w_i² (d_i − d̄)², at most n − 1.
     Stratified (every stratum with ≥ 2 items): V = Σ_h n_h/(n_h−1) Σ_{i∈h} w_i² (d_i − d̄_h)² / (Σw)²
-    with d̄_h the weighted stratum mean, df = n − H (Cochran 1977, ch. 5; Wolter 2007, ch. 6).
+    with d̄_h the weighted stratum mean (Cochran 1977, ch. 5; Wolter 2007, ch. 6), and Satterthwaite's
+    degrees of freedom (Σ V_h)² / Σ V_h²/(n_h − 1), at most n − H (Satterthwaite 1946).
     """
     n = d.size
     W = w.sum()
@@ -335,17 +337,28 @@ def _weighted_se(d: np.ndarray, w: np.ndarray, strata: Sequence | None) -> tuple
         uniq = np.unique(labels)
         sizes = [(labels == u).sum() for u in uniq]
         if min(sizes) >= 2:
-            v = 0.0
+            parts = []
             for u in uniq:
                 sel = labels == u
                 wh, dh = w[sel], d[sel]
                 mh = (wh * dh).sum() / wh.sum()
-                v += sel.sum() / (sel.sum() - 1) * float((wh * wh * (dh - mh) ** 2).sum())
-            return math.sqrt(v) / W, max(n - len(uniq), 1), "stratified by subset"
+                parts.append((sel.sum() / (sel.sum() - 1) * float((wh * wh * (dh - mh) ** 2).sum()), sel.sum() - 1))
+            v = sum(p for p, _ in parts)
+            # Satterthwaite's degrees of freedom: a variance that small strata of large weight dominate
+            # (BFCL's categories of 2–4 items, each weighing as much as one of 400) has far fewer than
+            # n − H; with n − H the interval claimed "within" at 1.5× its level in simulation
+            den = sum(p * p / k for p, k in parts)
+            df = v * v / den if den > 0 else max(n - len(uniq), 1)
+            return math.sqrt(v) / W, max(min(df, n - len(uniq)), 1), "stratified by subset"
     if n < 2:
         return float("nan"), 0, "one item"
-    v = n / (n - 1) * float((w * w * (d - mean) ** 2).sum())
-    return math.sqrt(v) / W, n - 1, "unstratified" if strata is None else "unstratified (a subset has one item)"
+    a = w * w * (d - mean) ** 2
+    v = n / (n - 1) * float(a.sum())
+    # the variance's own effective number of terms (Σa)²/Σa² − 1 as its degrees of freedom, at most n − 1:
+    # a few heavy items (a category of one item weighing as much as one of 400) carry it
+    ss = float((a * a).sum())
+    df = min(n - 1, max(1.0, float(a.sum()) ** 2 / ss - 1.0)) if ss > 0 else n - 1
+    return math.sqrt(v) / W, df, "unstratified" if strata is None else "unstratified (a subset has one item)"
 
 
 def paired_delta(pairs: Pairs, *, weights: Mapping[str, float] | np.ndarray | None = None,
@@ -436,7 +449,8 @@ def paired_delta(pairs: Pairs, *, weights: Mapping[str, float] | np.ndarray | No
         notes.append("one item: no interval")
     p, how_p = sign_flip_pvalue(w * d / W, seed=seed)
     kind = "score" if weights is None else "weighted"
-    iname = f"paired t (df {df})" if kind == "score" else f"weighted t, linearization SE {how} (df {df})"
+    iname = (f"paired t (df {df:.4g})" if kind == "score"
+             else f"weighted t, linearization SE {how} (df {df:.4g})")
     if bound:
         iname = f"the wider of {iname} and {bound}"
     return PairedDelta(kind=kind, reference_pct=100 * float((w * x).sum() / W), rung_pct=100 * float((w * y).sum() / W),
