@@ -3,7 +3,7 @@
 #
 #   snakemake results/<card>/recommendation/mem24GiB-ctx32768.json
 #
-# Optional config section `recommend:` (kv_types: [f16, q8_0], min_tg_tokens_per_s: 20,
+# Optional config section `recommend:` (kv_types: [f16, q8_0], min_tg_tokens_per_s: 20, parallel: 1,
 # weights: {bfcl: 1, ruler: 2}, tolerance: {pass_at_1: 1, kld_mean: 0.01}, cautious: false,
 # corpora: [wikitext-2]); unset keys mean any KV type, no speed floor, equal task weights, the
 # documented tolerances (docs/statistics.md), measured figures, every perplexity corpus.
@@ -32,6 +32,7 @@ rule recommend:
         # plain strings, so that changing a `recommend:` setting reruns the rule
         kv_types=json.dumps(config.get("recommend", {}).get("kv_types")),
         min_tg=json.dumps(config.get("recommend", {}).get("min_tg_tokens_per_s")),
+        parallel=json.dumps(config.get("recommend", {}).get("parallel", 1)),
         weights=json.dumps(
             config.get("recommend", {}).get("weights", {}), sort_keys=True
         ),

@@ -19,6 +19,7 @@ def run(smk):
         kv=json.loads(smk.params.kv_types), min_tg=json.loads(smk.params.min_tg),
         weights=json.loads(smk.params.weights) or None, tolerance=json.loads(smk.params.tolerance) or None,
         cautious=json.loads(smk.params.cautious), corpora=json.loads(smk.params.corpora),
+        parallel=json.loads(smk.params.parallel),
     )
     result["dataset"] = str(smk.input.points)
     print(rec.format_text(result), file=sys.stderr)  # the rule's log

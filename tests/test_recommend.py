@@ -93,7 +93,7 @@ def test_minimum_speed_binds(df):
     # 5000 MiB at 4096: big/Q8_0/f16 (4656 MiB, 79 %) fits but runs 22 tokens/s < 30
     r = rec.recommend(df, "5000MiB", 4096, weights=BFCL, min_tg=30, card="cpu-test")
     assert r["best"]["name"] == "big/Q4_K_M/f16"
-    assert [b["constraint"] for b in r["binding"]] == ["min_tg"]
+    assert [b["constraint"] for b in r["binding"]] == ["speed"]
     assert r["binding"][0]["without_it"] == "big/Q8_0/f16"
     assert r["slack"]["tg_tokens_per_s"] == pytest.approx(5.0)
 

@@ -1,7 +1,7 @@
 """`quantladder`: the small command line over the dataset.
 
     quantladder recommend --mem 24GiB --ctx 32768 --dataset results/<card>/points.parquet \
-        [--kv f16,q8_0] [--min-tg 20] [--weight bfcl=1 --weight ruler=2] [--card NAME] [--json]
+        [--kv f16,q8_0] [--min-tps 20] [--parallel 1] [--weight bfcl=1 --weight ruler=2] [--card NAME] [--json]
         [--tolerance pass_at_1=1 --tolerance kld_mean=0.01] [--cautious] [--corpus wikitext-2]
     quantladder pack --cards L4=24GiB,L4b=24GiB --ctx 8192 --dataset ... [--families a,b] [--require-all]
     quantladder report [--configfile config/full.yaml] [--directory DIR] [--card NAME]
@@ -12,6 +12,7 @@
         [--config config/config.yaml] [--comparisons M] [--card NAME] [--json]
     quantladder find --family F --mem 8GiB --ctx 16k --accept "kld:manual-es<=0.05, tasks>=-2pt"
         [--reference Q8_0] [--rungs A,B] [--start Q4_K_M] [--alpha 0.025] [--kv f16] [--strategy auto]
+        [--min-tps 20] [--parallel 1]
         [--configfile FILE] [--directory DIR] [--cores N] [--dry-run] [--json]
         (the walk down one family's ladder, run by Snakemake: the options are the config's `find:` keys)
     quantladder find --unlock [--configfile FILE] [--directory DIR]
@@ -44,7 +45,11 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", required=True, help="points.parquet of one card")
     p.add_argument("--ctx", required=True, help="context length actually used, in tokens (32768 or 32k)")
     p.add_argument("--kv", help="allowed KV-cache types, comma-separated (default: any measured)")
-    p.add_argument("--min-tg", type=float, default=None, help="minimum generation speed, tokens/s")
+    p.add_argument("--min-tps", "--min-tg", dest="min_tg", type=float, default=None,
+                   help="speed floor: generation tokens/s of one sequence, at --ctx and --parallel, as measured "
+                        "(the speed measure's tgN; docs/recommend.md)")
+    p.add_argument("--parallel", type=int, default=1,
+                   help="sequences generated at a time (concurrency) the speed floor is for (default 1)")
     p.add_argument("--weight", action="append", default=[], metavar="BENCH[:METRIC]=W",
                    help="task weight (repeatable); default: equal weights over the task benchmarks")
     p.add_argument("--card", help="card key when the dataset holds several")
@@ -89,6 +94,9 @@ def parser() -> argparse.ArgumentParser:
                     help="losses accepted, comma-separated: BENCH[:METRIC]>=-2pt, kld:CORPUS<=NATS, "
                          "ppl_ratio:CORPUS<=RATIO (repeatable; required)")
     fd.add_argument("--reference", help="the task figures' reference rung (default Q8_0)")
+    fd.add_argument("--min-tps", type=float, help="speed floor: generation tokens/s of one sequence at --ctx, as each "
+                    "candidate's speed point measured it (every candidate gets one)")
+    fd.add_argument("--parallel", type=int, help="sequences generated at a time the speed floor is for (default 1)")
     fd.add_argument("--rungs", help="candidate rungs, comma-separated (default: the family's ladder)")
     fd.add_argument("--start", help="where the walk starts (default Q4_K_M, or the nearest candidate)")
     fd.add_argument("--alpha", type=float, help="one-sided level over the whole walk (default 0.025)")
@@ -198,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         df = dv.load(args.dataset)
         weights = rec.parse_weights(args.weight)
         rank = {"tolerance": rec.parse_tolerance(args.tolerance), "cautious": args.cautious,
-                "corpora": _split(args.corpus)}
+                "corpora": _split(args.corpus), "parallel": args.parallel}
         if args.cmd == "recommend":
             result = rec.recommend(df, args.mem, args.ctx, kv=_split(args.kv), min_tg=args.min_tg,
                                    weights=weights, card=args.card, n_runners_up=args.runners_up, **rank)

@@ -166,3 +166,133 @@ def _num(x: float) -> str:
     if abs(x) >= 100:
         return f"{x:.1f}"
     return f"{x:.4g}"
+
+
+# ------------------------------------------------------------------------------------------ matched size
+
+def source_of(provenance) -> str:
+    """Where a rung's file comes from, in one word for a `source` column: "made here" (the reference and
+    every rung quantized from it) or "uploader" (a third-party file, the dataset's ``provenance``
+    "third party ..."); a dataset from before the column says "made here" for every rung it made."""
+    p = "" if provenance is None or (isinstance(provenance, float) and math.isnan(provenance)) else str(provenance)
+    return "uploader" if p.startswith("third party") else "made here"
+
+
+def _signed(x: float, text: str) -> str:
+    return ("+" if x > 0 else "−" if x < 0 else "±") + text
+
+
+def size_gap(bpw, nbytes, other_bpw, other_bytes, short: bool = False) -> str:
+    """How much larger (+) or smaller (−) one rung's file is than another's, in both units a reader
+    compares rungs by: "+0.52 bits per weight, +31.2 MiB (+4.1 %)" (``short``: "+0.52 bits, +31.2 MiB").
+    A side whose figure is not recorded is said so, never taken as 0."""
+    parts = []
+    if _known(bpw) and _known(other_bpw):
+        d = float(bpw) - float(other_bpw)
+        parts.append(_signed(d, f"{abs(d):.2f} bits" + ("" if short else " per weight")))
+    else:
+        parts.append("bits per weight not recorded")
+    if _known(nbytes) and _known(other_bytes):
+        d = float(nbytes) - float(other_bytes)
+        rel = (f" ({_signed(d, f'{100 * abs(d) / float(other_bytes):.1f} %')})" if float(other_bytes) > 0 and not short
+               else "")
+        parts.append(_signed(d, fmt_bytes(abs(d))) + rel)
+    else:
+        parts.append("file size not recorded")
+    return ", ".join(parts)
+
+
+def _known(x) -> bool:
+    return x is not None and not (isinstance(x, float) and math.isnan(x))
+
+
+def at_bpw(ladder: list[tuple[str, float, float]], bpw: float, *, higher_is_better: bool | None = None) -> dict:
+    """A family's own ladder read at another file's size: ``ladder`` is (rung, bits per weight, value)
+    for the rungs made here, ``bpw`` the size asked for. Linear in bits per weight between the two
+    measured neighbours (the nearest rung at or below and the nearest at or above):
+
+        value = lo.value + (bpw − lo.bpw) · (hi.value − lo.value) / (hi.bpw − lo.bpw)
+
+    Returns ``{"value", "interpolated", "below": (rung, bpw, value), "above": (...), "text"}``; a rung
+    measured at exactly that size is returned as measured (``interpolated`` False). Outside the measured
+    range the figure is absent: ``{"value": None, "reason": ...}`` (an extrapolation would claim what the
+    ladder never measured). Several rungs at one size (Q4_K_M with and without a matrix) stand for
+    that size by the better of their figures when ``higher_is_better`` is given (the family's best at
+    that size: "a third-party file beats ours" is then against our best), else the figure is absent
+    with the reason."""
+    pts = [(str(r), float(b), float(v)) for r, b, v in ladder if _known(b) and _known(v)]
+    if not _known(bpw):
+        return {"value": None, "reason": "the file's bits per weight are not recorded"}
+    bpw = float(bpw)
+    if not pts:
+        return {"value": None, "reason": "no rung made here has this figure"}
+    by_size: dict[float, list[tuple[str, float, float]]] = {}
+    for p in pts:
+        by_size.setdefault(p[1], []).append(p)
+    sizes = sorted(by_size)
+
+    def one(size: float):
+        group = by_size[size]
+        if len({v for _, _, v in group}) == 1:
+            return group[0], ""
+        if higher_is_better is None:
+            return None, (f"{', '.join(r for r, _, _ in group)} share {size:.2f} bits per weight with different "
+                          "figures")
+        best = (max if higher_is_better else min)(group, key=lambda p: p[2])
+        return best, f" (the better of {', '.join(r for r, _, _ in group)})"
+
+    if bpw < sizes[0] - 1e-9 or bpw > sizes[-1] + 1e-9:
+        lo, hi = by_size[sizes[0]][0], by_size[sizes[-1]][0]
+        return {"value": None, "reason": (f"{bpw:.2f} bits per weight is outside the sizes measured here "
+                                          f"({lo[0]} {sizes[0]:.2f} … {hi[0]} {sizes[-1]:.2f}): not extrapolated")}
+    exact = next((s for s in sizes if abs(s - bpw) <= 1e-9), None)
+    if exact is not None:
+        p, note = one(exact)
+        if p is None:
+            return {"value": None, "reason": note}
+        return {"value": p[2], "interpolated": False, "below": p, "above": p,
+                "text": f"{p[0]} at the same size, {p[1]:.2f} bits per weight{note}"}
+    s_lo = max(s for s in sizes if s < bpw)
+    s_hi = min(s for s in sizes if s > bpw)
+    (lo, n_lo), (hi, n_hi) = one(s_lo), one(s_hi)
+    if lo is None or hi is None:
+        return {"value": None, "reason": n_lo if lo is None else n_hi}
+    value = lo[2] + (bpw - lo[1]) * (hi[2] - lo[2]) / (hi[1] - lo[1])
+    return {"value": value, "interpolated": True, "below": lo, "above": hi,
+            "text": (f"interpolated at {bpw:.2f} bits per weight between {lo[0]}{n_lo} ({lo[1]:.2f}) and "
+                     f"{hi[0]}{n_hi} ({hi[1]:.2f})")}
+
+
+# ------------------------------------------------------------------------------------------ speed
+
+SPEED_METRIC = "tg_tokens_per_s"
+
+
+def speed_at(rows: list[dict], ctx: int, parallel: int = 1) -> dict:
+    """A point's generation speed for a user's context and concurrency, from its measured speed rows
+    (plain records with ``value``, ``stderr``, ``n_ctx``, ``subset`` and, where the producer recorded
+    one, ``n_parallel``). llama-bench's tgN (quantladder.measures.speed) decodes one sequence from an
+    empty cache, so a row without ``n_parallel`` is one sequence at n_ctx N. The row is the one measured
+    at that concurrency and at the context that covers ``ctx`` (the smallest n_ctx >= ctx), else the
+    largest measured, said so: generation at a longer context reads a longer cache, so the figure is
+    then an upper bound on the speed there. Returns ``{"value", "stderr", "n_ctx", "n_parallel", "note"}``
+    or ``{"value": None, "reason": ...}`` (no speed row, or none at that concurrency: per-sequence speed
+    at N sequences is not one sequence's)."""
+    rows = [r for r in rows if _known(r.get("value"))]
+    if not rows:
+        return {"value": None, "reason": f"no {SPEED_METRIC} row (the speed measure did not run for this point)"}
+    par = [r for r in rows if int(r.get("n_parallel") or 1) == int(parallel)]
+    if not par:
+        have = sorted({int(r.get("n_parallel") or 1) for r in rows})
+        return {"value": None, "reason": (f"generation speed measured with {', '.join(map(str, have))} sequence(s) "
+                                          f"at a time, not {parallel}")}
+    with_ctx = [r for r in par if _known(r.get("n_ctx"))]
+    above = [r for r in with_ctx if int(r["n_ctx"]) >= ctx]
+    r = (min(above, key=lambda r: int(r["n_ctx"])) if above else
+         max(with_ctx, key=lambda r: int(r["n_ctx"])) if with_ctx else par[0])
+    n_ctx = int(r["n_ctx"]) if _known(r.get("n_ctx")) else None
+    note = ("" if n_ctx is not None and n_ctx >= ctx else
+            f"{SPEED_METRIC} measured at n_ctx {n_ctx if n_ctx is not None else 'unknown'}, below the {ctx} tokens "
+            "asked: an upper bound on the speed there")
+    return {"value": float(r["value"]), "stderr": r.get("stderr") if _known(r.get("stderr")) else None,
+            "n_ctx": n_ctx, "n_parallel": int(parallel), "subset": r.get("subset"), "note": note}

@@ -7,8 +7,14 @@ Mode 1, ``recommend``: given a memory budget and the context length actually use
     generation speed (tg tokens/s)                             >=  min_tg      (optional)
     KV type in the allowed set                                                  (optional)
 
-and report the runners-up and which constraint binds (the one whose removal would buy a better
-score). Mode 2, ``pack``: place several families, each at one (rung, KV type), onto a set of cards
+and report the runners-up and which constraint binds (memory, speed or KV type: the one whose
+removal would buy a better score). Every point of the dataset is a candidate, a third-party file
+(``families.<f>.prebuilt``) at its own measured size like a rung made here, with its ``source``
+("made here" / "uploader", from the dataset's ``provenance``). The speed is each point's measured
+generation speed at the context and concurrency asked (``dataset_view.speed_at``: llama-bench's tgN
+is one sequence; a figure measured at a shorter context is used as the upper bound it is, and said
+so), never its size: a smaller rung is not always faster (IQ against K types on a CPU). Every
+comparison of two points the answer prints states their size gap (bits per weight and bytes). Mode 2, ``pack``: place several families, each at one (rung, KV type), onto a set of cards
 so that every card's memory holds, maximising the summed score (an assignment problem: "same VRAM,
 a big model in Q4 or a small one in Q8?" over several cards at once).
 
@@ -172,6 +178,10 @@ class Candidate:
     is_reference: bool = False
     kld: dict | None = None  # the point's mean KLD per corpus and its decision, where the family ranks by it
     ranked_by: str = "task scores"  # or "KLD" / "bits per weight" where the task scores cannot separate the rungs
+    file_bytes: float | None = None
+    source: str = "made here"  # or "uploader": a third-party file (dataset_view.source_of)
+    provenance: str | None = None  # the dataset's words for where the file comes from
+    speed: dict = field(default_factory=dict)  # dataset_view.speed_at: its n_ctx, concurrency, note or reason
 
     @property
     def name(self) -> str:
@@ -286,11 +296,13 @@ def _score_spec(df: pd.DataFrame, weights: dict[str, float]) -> dict[str, str]:
 
 def candidates(df: pd.DataFrame, ctx: int, weights: dict[str, float] | None = None,
                card: str | None = None, *, tolerance: dict[str, float] | None = None, cautious: bool = False,
-               corpora: list[str] | None = None) -> tuple[list[Candidate], list[dict], dict[str, float], list[str]]:
+               corpora: list[str] | None = None,
+               parallel: int = 1) -> tuple[list[Candidate], list[dict], dict[str, float], list[str]]:
     """Every point with the figures needed, ranked (module docstring): (candidates, excluded with
     reasons, weights used, notes). ``tolerance``: per metric name, in its unit (default
     ``stats.noninferiority.DEFAULT_TOLERANCE``); ``cautious``: rank a figure not shown within it by its
-    interval's lower bound; ``corpora``: the perplexity corpora whose KLD counts (None: every one)."""
+    interval's lower bound; ``corpora``: the perplexity corpora whose KLD counts (None: every one);
+    ``parallel``: the sequences generated at a time whose speed counts (``dataset_view.speed_at``)."""
     cards = sorted(df["card"].dropna().unique())
     if card is None:
         if len(cards) > 1:
@@ -311,7 +323,7 @@ def candidates(df: pd.DataFrame, ctx: int, weights: dict[str, float] | None = No
     # Plain records grouped once: a dataset of hundreds of points answers in well under a second.
     cols = dv.POINT + ["benchmark", "metric", "subset", "n_ctx", "value", "stderr", "n", "unit", "status",
                        "status_reason", "bits_per_weight", "file_bytes", "is_reference", "delta", "delta_stderr",
-                       "delta_ci_low", "delta_ci_high", "verdict", "verdict_text"]
+                       "delta_ci_low", "delta_ci_high", "verdict", "verdict_text", "provenance", "n_parallel"]
     # Only the rows an answer reads (scores, memory, speed, and any row that marks a benchmark bad): a
     # dataset of hundreds of points holds hundreds of thousands of rows.
     used = {m for _, m in spec.values()} | set(MEMORY_FIGURES) | {"tg_tokens_per_s", KLD[1]}
@@ -319,12 +331,13 @@ def candidates(df: pd.DataFrame, ctx: int, weights: dict[str, float] | None = No
     points: dict[tuple, dict] = {}
     for r in df.loc[sel, cols].to_dict("records"):
         for c in ("n_ctx", "value", "stderr", "n", "bits_per_weight", "file_bytes", "delta", "delta_stderr",
-                  "delta_ci_low", "delta_ci_high", "verdict", "verdict_text"):
+                  "delta_ci_low", "delta_ci_high", "verdict", "verdict_text", "provenance", "n_parallel"):
             r[c] = _nn(r[c])
         if r["n_ctx"] is not None:
             r["n_ctx"] = int(r["n_ctx"])
         pt = points.setdefault((r["family"], r["rung"], r["kv"]), {"fig": {}, "bench": {}, "bpw": None, "fb": None,
-                                                                  "ref": False})
+                                                                  "ref": False, "prov": None})
+        pt["prov"] = r["provenance"] or pt["prov"]
         pt["ref"] = pt["ref"] or bool(_nn(r["is_reference"]))
         pt["bench"].setdefault(r["benchmark"], []).append(r)
         if r["value"] is not None and r["metric"] != "status":
@@ -377,14 +390,14 @@ def candidates(df: pd.DataFrame, ctx: int, weights: dict[str, float] | None = No
             excluded.append({"name": f"{family}/{rung}/{kv}", "reason": reason})
             continue
         weights_b, kv_b, buf_b, mnotes = mem
-        spr = _pick(_whole(fig.get(("speed", "tg_tokens_per_s"), [])), ctx)
+        spr = dv.speed_at(_whole(fig.get(("speed", dv.SPEED_METRIC), [])), ctx, parallel)
         out.append(Candidate(
             card=card, family=family, rung=rung, kv=kv, bits_per_weight=pt["bpw"],
             weights_bytes=weights_b, kv_bytes=kv_b, buffer_bytes=buf_b, memory_bytes=weights_b + kv_b + buf_b,
-            tg_tokens_per_s=None if spr is None else float(spr["value"]),
-            tg_stderr=None if spr is None else spr["stderr"], score=total / wsum,
+            tg_tokens_per_s=spr["value"], tg_stderr=spr.get("stderr"), score=total / wsum,
             score_stderr=math.sqrt(var) / wsum if var_known else None, scores=scores,
-            caveats=caveats + mnotes, is_reference=pt["ref"],
+            caveats=caveats + mnotes + ([spr["note"]] if spr.get("note") else []), is_reference=pt["ref"],
+            file_bytes=pt["fb"], source=dv.source_of(pt["prov"]), provenance=pt["prov"], speed=spr,
             kld={"rows": [r for r in fig.get(KLD, []) if corpora is None or r["subset"] in corpora]}))
     notes += rank(out, tolerance, cautious)
     out.sort(key=lambda c: (-c.rank_score, c.memory_bytes, c.name))
@@ -431,29 +444,33 @@ def recommend(df: pd.DataFrame, mem: int | str, ctx: int | str, *, kv: list[str]
               min_tg: float | None = None, weights: dict[str, float] | list[str] | None = None,
               card: str | None = None, n_runners_up: int = 3, prepared: tuple | None = None,
               tolerance: dict[str, float] | None = None, cautious: bool = False,
-              corpora: list[str] | None = None) -> dict:
+              corpora: list[str] | None = None, parallel: int = 1) -> dict:
     """The best (family, rung, KV) for ``mem`` bytes at ``ctx`` tokens, runners-up, binding constraints.
 
     Returns a JSON-able dict; ``feasible`` False (with ``message``) when nothing fits. Raises
     RecommendError for a request the dataset cannot be asked (unknown benchmark, no figures at all).
     ``prepared``: what ``candidates(df, ctx, weights, card, ...)`` returned, to ask several budgets at one
-    context without reading the dataset again. ``tolerance``, ``cautious``, ``corpora``: see ``candidates``.
+    context without reading the dataset again. ``tolerance``, ``cautious``, ``corpora``, ``parallel``: see
+    ``candidates``; ``min_tg``: the speed floor, tokens/s of one sequence among ``parallel``.
     The answer's ``why`` cites the rule that decided, with its numbers ("" where the best needs no reason).
     """
     t0 = time.perf_counter()
     budget, ctx = parse_bytes(mem), parse_ctx(ctx)
+    parallel = _parallel(parallel)
+    if min_tg is not None and not float(min_tg) > 0:
+        raise RecommendError(f"the speed floor must be > 0 tokens/s, got {min_tg}")
     weights = parse_weights(weights) if not isinstance(weights, dict) else weights
     kv_allowed = set(kv) if kv else None
     cands, excluded, used_w, notes = prepared if prepared is not None else candidates(
-        df, ctx, weights, card, tolerance=tolerance, cautious=cautious, corpora=corpora)
+        df, ctx, weights, card, tolerance=tolerance, cautious=cautious, corpora=corpora, parallel=parallel)
     notes = list(notes)
     if kv_allowed:
         unknown = kv_allowed - {c.kv for c in cands} - {e["name"].split("/")[-1] for e in excluded}
         if unknown:
             notes.append(f"KV types {sorted(unknown)} are not in the dataset")
     req = {"memory_budget_bytes": budget, "context_tokens": ctx, "kv_types": sorted(kv_allowed) if kv_allowed else None,
-           "min_tg_tokens_per_s": min_tg, "weights": used_w, "tolerance": tolerance or {}, "cautious": cautious,
-           "corpora": corpora}
+           "min_tg_tokens_per_s": min_tg, "parallel": parallel, "weights": used_w, "tolerance": tolerance or {},
+           "cautious": cautious, "corpora": corpora}
     result = {"request": req, "card": cands[0].card if cands else card, "notes": notes, "excluded": excluded,
               "n_candidates": len(cands)}
     if not cands:
@@ -473,27 +490,58 @@ def recommend(df: pd.DataFrame, mem: int | str, ctx: int | str, *, kv: list[str]
         runners.append(nxt)
         banned.add(nxt.name)
     binding = []
-    relax = {"memory": (None, min_tg, kv_allowed), "min_tg": (budget, None, kv_allowed), "kv_types": (budget, min_tg, None)}
-    active = {"memory": True, "min_tg": min_tg is not None, "kv_types": kv_allowed is not None}
+    relax = {"memory": (None, min_tg, kv_allowed), "speed": (budget, None, kv_allowed), "kv_types": (budget, min_tg, None)}
+    active = {"memory": True, "speed": min_tg is not None, "kv_types": kv_allowed is not None}
     for name, (b, t, k) in relax.items():
         if not active[name]:
             continue
         alt = _solve_choice(cands, b, t, k, set())
         if alt is not None and alt.rank_score > best.rank_score + 1e-9:
             binding.append({"constraint": name, "without_it": alt.name, "score_without_it": alt.score,
-                            "score_gain": alt.rank_score - best.rank_score})
+                            "score_gain": alt.rank_score - best.rank_score, "gap": gap(alt, best),
+                            "why": _binds(name, alt, budget, min_tg, kv_allowed)})
     over = preferred_over(best, cands, budget, min_tg, kv_allowed)
     why = why_chosen(best, over, cautious)
     message = (f"run {best.name}: predicted {dv.fmt_bytes(best.memory_bytes)} of {dv.fmt_bytes(budget)} at "
                f"{ctx} tokens, score {best.score:.2f} %") + (f"; {why}" if why else "")
     result.update(
-        feasible=True, best=best.as_dict(), runners_up=[r.as_dict() for r in runners], binding=binding, why=why,
-        preferred_over=[{"name": c.name, "score": c.score, "memory_bytes": c.memory_bytes} for c in over],
+        feasible=True, best=best.as_dict(), runners_up=[r.as_dict() | {"gap": gap(r, best)} for r in runners],
+        binding=binding, why=why,
+        preferred_over=[{"name": c.name, "score": c.score, "memory_bytes": c.memory_bytes, "gap": gap(c, best)}
+                        for c in over],
         slack={"memory_bytes": budget - best.memory_bytes,
                "tg_tokens_per_s": None if min_tg is None or best.tg_tokens_per_s is None else best.tg_tokens_per_s - min_tg},
         message=message)
     result["seconds"] = round(time.perf_counter() - t0, 3)
     return result
+
+
+def _parallel(parallel) -> int:
+    try:
+        n = int(parallel)
+    except (TypeError, ValueError):
+        raise RecommendError(f"concurrency (sequences generated at a time) must be a whole number, got {parallel!r}") from None
+    if n < 1 or n != float(parallel):
+        raise RecommendError(f"concurrency (sequences generated at a time) must be a whole number >= 1, got {parallel!r}")
+    return n
+
+
+def gap(c: Candidate, other: Candidate) -> str:
+    """``c``'s size against ``other``'s, in bits per weight and file bytes (dataset_view.size_gap)."""
+    return f"{c.name} against {other.name}: " + dv.size_gap(c.bits_per_weight, c.file_bytes, other.bits_per_weight,
+                                                             other.file_bytes)
+
+
+def _binds(name: str, alt: Candidate, budget, min_tg, kv_allowed) -> str:
+    """Why ``alt`` (the better point without the constraint ``name``) is not allowed, in its numbers."""
+    if name == "memory":
+        return f"{alt.name} needs {dv.fmt_bytes(alt.memory_bytes)}, over the budget of {dv.fmt_bytes(budget)}"
+    if name == "speed":
+        if alt.tg_tokens_per_s is None:
+            return (f"{alt.name} has no speed figure to hold against the floor of {min_tg:g} tokens/s: "
+                    + alt.speed.get("reason", "not measured"))
+        return f"{alt.name} generates {alt.tg_tokens_per_s:.3g} tokens/s, below the floor of {min_tg:g} tokens/s"
+    return f"{alt.name} uses the KV type {alt.kv}, not among {sorted(kv_allowed)}"
 
 
 def preferred_over(best: Candidate, cands: list[Candidate], budget, min_tg, kv_allowed) -> list[Candidate]:
@@ -536,7 +584,9 @@ def _infeasible_message(cands, budget, ctx, min_tg, kv_allowed) -> str:
         fast_pool = fits or pool
         measured = [c for c in fast_pool if c.tg_tokens_per_s is not None]
         if not measured:
-            parts.append(f"no point has a tg_tokens_per_s figure to check the minimum {min_tg} tokens/s against")
+            why = sorted({c.speed.get("reason") for c in fast_pool if c.speed.get("reason")})
+            parts.append(f"no point has a tg_tokens_per_s figure to check the minimum {min_tg} tokens/s against"
+                         + (f" ({'; '.join(why)})" if why else ""))
         else:
             fast = max(measured, key=lambda c: c.tg_tokens_per_s)
             where = "within the memory budget" if fits else "at all"
@@ -554,7 +604,7 @@ def pack(df: pd.DataFrame, cards: list[tuple[str, int]] | list[str] | str, ctx: 
          families: list[str] | None = None, kv: list[str] | None = None, min_tg: float | None = None,
          weights: dict[str, float] | list[str] | None = None, require_all: bool = False,
          card: str | None = None, tolerance: dict[str, float] | None = None, cautious: bool = False,
-         corpora: list[str] | None = None) -> dict:
+         corpora: list[str] | None = None, parallel: int = 1) -> dict:
     """Place each family at most once (exactly once with ``require_all``) at one (rung, KV) on a card.
 
     Maximises the summed ranking score (``candidates``); each card's summed predicted memory stays within its size.
@@ -564,7 +614,7 @@ def pack(df: pd.DataFrame, cards: list[tuple[str, int]] | list[str] | str, ctx: 
     ctx = parse_ctx(ctx)
     weights = parse_weights(weights) if not isinstance(weights, dict) else weights
     cands, excluded, used_w, notes = candidates(df, ctx, weights, card, tolerance=tolerance, cautious=cautious,
-                                                corpora=corpora)
+                                                corpora=corpora, parallel=_parallel(parallel))
     kv_allowed = set(kv) if kv else None
     fams = families or sorted({c.family for c in cands})
     unknown = [f for f in fams if f not in {c.family for c in cands}]
@@ -626,11 +676,18 @@ def pack(df: pd.DataFrame, cards: list[tuple[str, int]] | list[str] | str, ctx: 
 # ---------------------------------------------------------------- text
 
 def _cand_line(c: dict) -> str:
-    tg = "—" if c["tg_tokens_per_s"] is None else dv.fmt_value(c["tg_tokens_per_s"], c["tg_stderr"], "tokens/s")
+    sp = c.get("speed") or {}
+    tg = ("— (" + sp.get("reason", "not measured") + ")" if c["tg_tokens_per_s"] is None else
+          dv.fmt_value(c["tg_tokens_per_s"], c["tg_stderr"], "tokens/s")
+          + (f" at n_ctx {sp['n_ctx']}" if sp.get("n_ctx") is not None else "")
+          + f", {sp.get('n_parallel', 1)} sequence(s)")
     score = dv.fmt_value(c["score"], c["score_stderr"], "%")
+    bpw = "" if c.get("bits_per_weight") is None else f"{c['bits_per_weight']:.2f} bits per weight, "
     line = (f"{c['name']:<36} score {score:<18} memory {dv.fmt_bytes(c['memory_bytes'])} "
             f"(weights {dv.fmt_bytes(c['weights_bytes'])} + KV {dv.fmt_bytes(c['kv_bytes'])} + "
-            f"buffers {dv.fmt_bytes(c['buffer_bytes'])})  tg {tg}")
+            f"buffers {dv.fmt_bytes(c['buffer_bytes'])})  tg {tg}"
+            f"\n      {bpw}source: {c.get('source', 'made here')}"
+            + (f" ({c['provenance']})" if c.get("source") == "uploader" and c.get("provenance") else ""))
     for key, s in c["scores"].items():
         if s.get("delta") is not None:
             line += (f"\n      {key} vs reference: Δ {s['delta']:+.2f} points (95 % CI {s['delta_ci_low']:+.2f}…"
@@ -653,7 +710,8 @@ def format_text(result: dict) -> str:
         lines.append(f"card {result.get('card')}: budget {dv.fmt_bytes(req['memory_budget_bytes'])} at "
                      f"{req['context_tokens']} tokens of context"
                      + (f", KV {','.join(req['kv_types'])}" if req.get("kv_types") else "")
-                     + (f", tg ≥ {req['min_tg_tokens_per_s']} tokens/s" if req.get("min_tg_tokens_per_s") is not None else ""))
+                     + (f", tg ≥ {req['min_tg_tokens_per_s']} tokens/s" if req.get("min_tg_tokens_per_s") is not None else "")
+                     + (f", {req['parallel']} sequences at a time" if req.get("parallel", 1) != 1 else ""))
     lines.append("weights: " + ", ".join(f"{k}={v:g}" for k, v in req["weights"].items()))
     lines += [f"note: {n}" for n in result.get("notes", [])]
     if not result["feasible"]:
@@ -668,11 +726,13 @@ def format_text(result: dict) -> str:
     lines.append("best:  " + _cand_line(result["best"]))
     if result.get("why"):
         lines.append("why:   " + result["why"])
+    lines += [f"       size gap of {c['gap']}" for c in result.get("preferred_over", []) if c.get("gap")]
     for i, r in enumerate(result["runners_up"], 2):
-        lines.append(f"#{i}:    " + _cand_line(r))
+        lines.append(f"#{i}:    " + _cand_line(r) + (f"\n      size gap of {r['gap']}" if r.get("gap") else ""))
     if result["binding"]:
         for b in result["binding"]:
-            lines.append(f"binding: {b['constraint']} (without it: {b['without_it']}, +{b['score_gain']:.2f} %)")
+            lines.append(f"binding: {b['constraint']} (without it: {b['without_it']}, +{b['score_gain']:.2f} %; "
+                         f"{b.get('why', '')}; size gap of {b.get('gap', '')})")
     else:
         lines.append("binding: none (the best-scoring point fits every constraint)")
     lines.append(f"memory slack: {dv.fmt_bytes(result['slack']['memory_bytes'])}")

@@ -2,7 +2,9 @@
 their paired deltas, 95 % intervals and verdicts (the dataset's ``delta*``/``verdict*`` columns,
 quantladder.deltas), the noise floor, the items a 2-point loss needs (quantladder.plan), and the
 recommendation at common memory budgets (quantladder.recommend). A headline that does not vary along
-the ladder is one line."""
+the ladder is one line. A third-party file (``families.<f>.prebuilt``) is judged against the family's
+own ladder at its size (``matched_size``): its figures beside the rungs made here read at its bits per
+weight, interpolated between the two measured neighbours, with its size gap to each."""
 
 from __future__ import annotations
 
@@ -191,6 +193,7 @@ def answer_family(fam: pd.DataFrame, family: str, plan_res: dict | None, d_card:
                                    + (f"; Holm over its {m} headline comparisons" if m else "") + "</small>"
                                    if ref_rung else "") + "</h3>"]
     out.append(table(heads, body, f"table-answer-{family}", classes))
+    out.append(matched_size(fam, family, [(b, label, rows) for b, label, rows in cols if b != "memory"]))
     out.append(base_model_note(d_card, family, pending) if d_card is not None else "")
     lines = [constant_line(rows, f"{b} {label}", _verdict_summary(rows)) for b, label, rows in constant]
     lines += [x for x in (_noise_line(fam), _plan_line(plan_res, family)) if x]
@@ -198,6 +201,68 @@ def answer_family(fam: pd.DataFrame, family: str, plan_res: dict | None, d_card:
         out.append('<ul class="constants">' + "".join(lines) + "</ul>")
     out.append("</div>")
     return "".join(out)
+
+
+def matched_size_rows(cols: list[tuple[str, str, pd.DataFrame]]) -> list[dict]:
+    """Per third-party point (the dataset's ``provenance``: "third party ...") and headline figure: its
+    value beside the family's own ladder at the same KV type read at its bits per weight
+    (``dataset_view.at_bpw``: linear between the two measured neighbours, absent with the reason outside
+    them), the difference, and its size gap to each neighbour. The memory columns are left out: at
+    matched size they are the same by construction."""
+    out = []
+    for b, label, rows in cols:
+        if "provenance" not in rows.columns:
+            continue
+        third = rows["provenance"].fillna("").astype(str).str.startswith("third party")
+        for _, r in rows[third].iterrows():
+            if isnan(r["value"]):
+                continue
+            own = rows[~third & (rows["kv"] == r["kv"])]
+            ladder = [(o["rung"], o["bits_per_weight"], o["value"]) for _, o in own.iterrows()]
+            hib = None if isnan(r["higher_is_better"]) else bool(r["higher_is_better"])
+            at = dv.at_bpw(ladder, r["bits_per_weight"], higher_is_better=hib)
+            rec = {"benchmark": b, "figure": label, "rung": r["rung"], "kv": r["kv"], "provenance": r["provenance"],
+                   "value": float(r["value"]), "stderr": r["stderr"], "unit": r["unit"], "higher_is_better": hib,
+                   "bits_per_weight": r["bits_per_weight"], "ours": at.get("value"), "how": at.get("text"),
+                   "reason": at.get("reason"), "gaps": []}
+            if at.get("value") is not None:
+                rec["difference"] = float(r["value"]) - at["value"]
+                for n in dict.fromkeys(x[0] for x in (at["below"], at["above"])):
+                    o = own[own["rung"] == n].iloc[0]
+                    rec["gaps"].append(f"{r['rung']} against {n}: " + dv.size_gap(
+                        r["bits_per_weight"], r["file_bytes"], o["bits_per_weight"], o["file_bytes"]))
+            out.append(rec)
+    return out
+
+
+def matched_size(fam: pd.DataFrame, family: str, cols: list[tuple[str, str, pd.DataFrame]]) -> str:
+    """The family's third-party files at matched size (``matched_size_rows``), one table; "" when it has none."""
+    recs = matched_size_rows(cols)
+    if not recs:
+        return ""
+    body = []
+    for m in recs:
+        unit = None if isnan(m["unit"]) else m["unit"]
+        du = "points" if unit == "%" else unit
+        if m["ours"] is None:
+            ours, diff = f'<span class="absent">absent: {esc(m["reason"])}</span>', "—"
+        else:
+            better = (None if m["higher_is_better"] is None or abs(m["difference"]) < 1e-12 else
+                      (m["difference"] > 0) == m["higher_is_better"])
+            word = "" if better is None else " (theirs better)" if better else " (ours better)"
+            ours = f"{esc(dv.fmt_value(m['ours'], None, unit))}<br><small>{esc(m['how'])}</small>"
+            diff = (f"{m['difference']:+.4g}" + (f" {esc(du)}" if du and du not in ("1", "bytes") else "")
+                    + esc(word))
+        body.append([esc(m["rung"]) + f' <small class="provenance">({esc(m["provenance"])})</small>', esc(m["kv"]),
+                     f"<small>{esc(m['benchmark'])}</small> {esc(m['figure'])}",
+                     esc(dv.fmt_value(m["value"], m["stderr"], unit)), ours, diff,
+                     "<br>".join(esc(g) for g in m["gaps"]) or "—"])
+    return table(["third-party rung", "KV", "figure", "its value", "ours at its size", "difference", "size gaps"],
+                 body, f"table-matched-size-{family}",
+                 caption="Third-party files against this family's own ladder at the same size: the rungs made here "
+                         "read at the file's bits per weight, linear between the two measured neighbours (said to be "
+                         "interpolated); outside the sizes measured here nothing is extrapolated. A file that beats "
+                         "ours here beats it at the same bytes, not against a larger or smaller rung.")
 
 
 def _budget_label(gib: float) -> str:
@@ -240,6 +305,9 @@ def recommendation_rows(d: pd.DataFrame, card: str) -> tuple[list[list[str]], li
             continue
         b = r["best"]
         why = esc(r.get("why", ""))  # the rule that decided, with its numbers (quantladder.rank)
+        gaps = [c["gap"] for c in r.get("preferred_over", []) if c.get("gap")]
+        if gaps:  # every comparison of two rungs with its size gap
+            why += "<br><small>size gap of " + "; ".join(esc(g) for g in gaps) + "</small>"
         cites = "; ".join(f"{esc(k)}: {esc(fmt_delta(s['delta'], s['delta_ci_low'], s['delta_ci_high'], '%'))} "
                           f"{verdict_badge(s['verdict'], s['verdict_text'])}"
                           for k, s in b["scores"].items() if s.get("delta") is not None)

@@ -41,6 +41,15 @@ def _u(unit: str) -> str:
     return " points" if unit == "%" else f" {unit}" if unit not in (None, "", "1") else ""
 
 
+def _short_gap(gap: str | None) -> str | None:
+    """A size gap as the sentence says it ("−0.52 bits, −8.40 MiB"), from the long one
+    ("X against Y: −0.52 bits per weight, −8.40 MiB (−8.2 %)")."""
+    if not gap:
+        return None
+    words = gap.split(": ", 1)[-1].replace(" bits per weight", " bits")
+    return words.rsplit(" (", 1)[0] if words.endswith("%)") else words
+
+
 def find_of(finds, family: str, card: str) -> dict | None:
     for r in finds or ():
         if r.get("family") == family and r.get("card") in (None, card):
@@ -79,7 +88,8 @@ def from_find(r: dict) -> dict:
         out["decided"] = [_figure_words(f, ev["interval_level"]) for f in ev["figures"]]
     below, bev = r.get("below"), r.get("below_evidence")
     if below:
-        out["below"] = {"rung": below, "why": (f"{bev['verdict']}: {_not_shown(bev)}" if bev else "not measured")}
+        out["below"] = {"rung": below, "why": (f"{bev['verdict']}: {_not_shown(bev)}" if bev else "not measured"),
+                        "gap": _short_gap(r.get("below_gap"))}
         for f in (bev or {}).get("figures", []):
             if f["state"] == ni.UNDETERMINED and f.get("items_needed"):
                 out["undetermined"].append(f"{below}'s {f['figure']}: {f['items_needed']:,} "
@@ -140,7 +150,8 @@ def from_recommend(fam: pd.DataFrame, ctx: int, card: str) -> dict:
         why = _decisions(c)
         more = f"; and {len(why) - 2} more figures not shown within it (the table below)" if len(why) > 2 else ""
         out["below"] = {"rung": c["rung"], "why": "; ".join(esc(w) for w in why[:2]) + more if why else
-                        f"it ranks below {esc(b['rung'])} ({c['rank_score']:.2f} against {b['rank_score']:.2f} %)"}
+                        f"it ranks below {esc(b['rung'])} ({c['rank_score']:.2f} against {b['rank_score']:.2f} %)",
+                        "gap": _short_gap(rec.gap(smaller[0], next(x for x in cands if x.name == b["name"])))}
     for c in cands:
         for k, s in c.scores.items():
             if s.get("decision") == ni.UNDETERMINED and s.get("items_needed") and s.get("reached", True):
@@ -164,7 +175,8 @@ def sentence(family: str, parts: dict) -> str:
                f"<small>({esc(parts['memory_note'])})</small>")
         body = (f"run <b>{esc(parts['rung'])}</b>{mem}. Why: " + "; ".join(parts["decided"]) + ".")
         b = parts["below"]
-        body += (f" The rung below, <b>{esc(b['rung'])}</b>, was not taken: {b['why']}." if b
+        body += (f" The rung below, <b>{esc(b['rung'])}</b>, was not taken: {b['why']}"
+                 + (f" <small>({esc(b['gap'])})</small>" if b.get("gap") else "") + "." if b
                  else " No smaller rung was measured.")
     und = parts["undetermined"]
     more = f"; {len(und) - MAX_UNDETERMINED} more in the tables below" if len(und) > MAX_UNDETERMINED else ""
