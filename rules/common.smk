@@ -145,13 +145,14 @@ def get_find_key(wildcards):
 
 
 def get_find_step_inputs(wildcards):
-    """Step 0: every candidate's sidecar (its measured bits per weight and size). Step k: the state
-    of step k−1 and the figures' files of every rung visited so far and of the one it asks for.
+    """Step 0: every candidate's sidecar (its measured bits per weight and size), and its speed point
+    when the walk has a speed floor. Step k: the state of step k−1 and the figures' files of every
+    rung visited so far and of the one it asks for.
     """
     (qfind, sp), w = _find_spec(wildcards), wildcards
     k = int(w.k)
     if k == 0:
-        return [qfind.sidecar(config, sp.family, r) for r in (*sp.rungs, sp.reference)]
+        return qfind.step0_files(sp, config, w.card)
     job = checkpoints.find_step.get(card=w.card, family=w.family, k=str(k - 1))
     prev = job.output[0]
     state = qio.read_json(prev)

@@ -1,7 +1,8 @@
 """Checkpoint find_step: one step of the walk down a family's ladder (docs/find.md).
 
 Step 0 orders the candidates by their measured bits per weight, keeps those whose weights and KV
-cache fit the budget at the stated context, and names the start rung. Step k reads step k−1, decides
+cache fit the budget at the stated context (and, with a speed floor, whose measured generation speed
+reaches it), and names the start rung. Step k reads step k−1, decides
 the rung it asked for from that rung's points, and names the next rung to measure, or says done.
 """
 
@@ -14,8 +15,8 @@ def run(smk):
     w = smk.wildcards
     sp = qfind.spec(smk.config)
     if int(w.k) == 0:
-        infos = {r: read_json(qfind.sidecar(smk.config, sp.family, r))["info"] for r in (*sp.rungs, sp.reference)}
-        state = qfind.start(sp, qfind.candidates(sp, infos))
+        infos, speeds, sources = qfind.inputs(sp, smk.config, w.card)
+        state = qfind.start(sp, qfind.candidates(sp, infos, speeds, sources))
     else:
         prev = read_json(smk.input[0])
         rung = prev["next"]

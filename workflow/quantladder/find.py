@@ -32,6 +32,17 @@ is acceptable, go down one level and repeat; if not, go up"), made a claim with 
   answer is always measured and its evidence is part of the answer, and the answer says that the rungs
   below it were not visited.
 
+- **Objectives.** The candidates are every rung of the family's ladder, a third-party file
+  (``families.<f>.prebuilt``) at its own measured size like a rung made here, each with its ``source``
+  (made here, or the uploader). Memory at the stated context and, with ``find.min_tps``, a speed floor
+  (the rung's measured generation tokens/s at the context and concurrency, ``dataset_view.speed_at``,
+  never its size: IQ types run slower than K types of more bits on a CPU) decide which candidates the
+  walk may visit; the answer says which constraint binds (memory, speed, or the accepted loss).
+- **Matched size.** Every comparison of two rungs the answer makes states their size gap (bits per
+  weight and bytes), and a third-party rung the walk measured is put beside the family's own ladder
+  read at its size (``dataset_view.at_bpw``: linear between the two measured neighbours, said to be
+  interpolated), so "their file beats ours" means at the same bytes.
+
 The state of a walk is a plain dict (one JSON file per step under ``results/<card>/find/<family>/``):
 the candidates in order of measured bits per weight, their memory at the stated context, the levels,
 the rungs visited with their evidence, and the next rung to measure. ``advance`` is the one step
@@ -63,6 +74,8 @@ from . import status as qstatus
 from . import targets as qtargets
 from . import timings
 from .errors import ConfigError, DataError, QuantladderError
+from . import dataset_view as dv
+from .dataset import provenance_label
 from .dataset_view import fmt_bytes
 from .gguf_meta import GGUFInfo
 from .io import atomic_path, hash_obj, read_json, read_jsonl
@@ -78,7 +91,8 @@ log = logging.getLogger(__name__)
 START = "Q4_K_M"  # the seeds: "start at Q5_K_M or Q4_K_M"
 REFERENCE = "Q8_0"  # the seeds: "run your evaluation set against Q8_0 as the reference"
 ALPHA = ni.ALPHA / 2  # one-sided: the project's 95 % intervals' one side
-KEYS = ("family", "reference", "mem", "ctx", "kv", "accept", "rungs", "start", "alpha", "strategy")
+KEYS = ("family", "reference", "mem", "ctx", "kv", "accept", "rungs", "start", "alpha", "strategy", "min_tps",
+        "parallel")
 STRATEGIES = ("auto", "step", "bisect")
 BISECT_FROM = 8  # auto: bisection from this many fitting candidates (the stepping walk's worst case grows linearly)
 ACCEPTABLE, NOT_ACCEPTABLE, UNDETERMINED = "acceptable", "not acceptable", "undetermined"
@@ -197,6 +211,8 @@ class Spec:
     start: str
     alpha: float  # one-sided
     strategy: str = "auto"
+    min_tps: float | None = None  # the speed floor: generation tokens/s of one sequence, at ctx and parallel
+    parallel: int = 1  # sequences generated at a time the floor is for
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -205,8 +221,12 @@ class Spec:
 
     @property
     def key(self) -> str:
-        """What the walk's every step depends on (a Snakemake param: a change reruns the walk)."""
-        return hash_obj(self.as_dict())[:16]
+        """What the walk's every step depends on (a Snakemake param: a change reruns the walk). A walk
+        without a speed floor keeps the key it had before the floor existed."""
+        d = self.as_dict()
+        if d["min_tps"] is None and d["parallel"] == 1:
+            d.pop("min_tps"), d.pop("parallel")
+        return hash_obj(d)[:16]
 
 
 def spec(cfg: dict, section: dict | None = None, where: str = "find") -> Spec:
@@ -256,9 +276,24 @@ def spec(cfg: dict, section: dict | None = None, where: str = "find") -> Spec:
     strategy = str(s.get("strategy") or "auto")
     if strategy not in STRATEGIES:
         raise ConfigError(f"{where}.strategy: one of {list(STRATEGIES)}, got {strategy!r}")
+    min_tps = s.get("min_tps")
+    if min_tps is not None:
+        try:
+            min_tps = float(min_tps)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}.min_tps: generation tokens/s, a number, got {s['min_tps']!r}") from None
+        if not min_tps > 0:
+            raise ConfigError(f"{where}.min_tps: the speed floor must be > 0 tokens/s, got {min_tps:g}")
+        if "speed" not in qtargets.measures(cfg):
+            raise ConfigError(f"{where}.min_tps: the speed floor is held against each rung's measured speed, and "
+                              "measures.speed is switched off: switch it on, or drop the floor")
+    parallel = s.get("parallel")
+    parallel = 1 if parallel is None else parallel
+    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+        raise ConfigError(f"{where}.parallel: sequences generated at a time, a whole number >= 1, got {parallel!r}")
     figs = parse_accept(s["accept"], cfg, fam, where=f"{where}.accept")
     return Spec(fam, ref, mem_bytes, str(s["mem"]), ctx, kv, tuple(figs), tuple(rungs), str(s.get("start") or START),
-                alpha, strategy)
+                alpha, strategy, min_tps, parallel)
 
 
 # ------------------------------------------------------------------------------------------ files a rung needs
@@ -286,6 +321,51 @@ def reference_files(sp: Spec, cfg: dict, card: str) -> list[str]:
 def sidecar(cfg: dict, family: str, rung: str) -> str:
     kind = qconfig.rung_kind(cfg, family, rung)
     return f"resources/models/{family}/{kind}/{rung}.gguf.json"
+
+
+def speed_file(sp: Spec, card: str, rung: str) -> str:
+    """The speed point of a candidate (the measure every full run makes): read only with a speed floor."""
+    return qtargets.Target(card, "points", sp.family, rung, sp.kv, "speed").path
+
+
+def step0_files(sp: Spec, cfg: dict, card: str) -> list[str]:
+    """What the walk's first step reads: every candidate's sidecar (its measured bits per weight and
+    size) and, with a speed floor, every candidate's speed point (so each is measured for speed, the
+    cheapest measure of a rung, before the walk picks)."""
+    out = [sidecar(cfg, sp.family, r) for r in (*sp.rungs, sp.reference)]
+    return out + ([speed_file(sp, card, r) for r in sp.rungs] if sp.min_tps is not None else [])
+
+
+def source(cfg: dict, family: str, rung: str, record: dict | None = None) -> str:
+    """Where a candidate's file comes from: "made here", or "uploader <owner>" for a third-party file
+    (the hub repository's owner, or the local path or package it was taken from), with the provenance
+    words of its sidecar's record (quantladder.dataset.provenance_label)."""
+    if qconfig.rung_kind(cfg, family, rung) != "prebuilt":
+        return "made here"
+    src = ((cfg["families"][family].get("prebuilt") or {}).get(rung) or {}).get("source") or {}
+    hf = src.get("hf") if isinstance(src, dict) else None
+    who = (str(hf.get("repo_id", "")).split("/")[0] if isinstance(hf, dict) and hf.get("repo_id") else
+           f"local file {src['path']}" if isinstance(src, dict) and src.get("path") else
+           f"package {src['package']}" if isinstance(src, dict) and src.get("package") else "unknown")
+    words = provenance_label({"rung_kind": "prebuilt", "provenance": (record or {}).get("provenance")})
+    return f"uploader {who} ({words})"
+
+
+def inputs(sp: Spec, cfg: dict, card: str, root: str | Path = ".") -> tuple[dict, dict | None, dict]:
+    """(infos, speeds, sources) of the candidates from the files ``step0_files`` names."""
+    root = Path(root)
+    records = {r: read_json(root / sidecar(cfg, sp.family, r)) for r in (*sp.rungs, sp.reference)}
+    infos = {r: rec["info"] for r, rec in records.items()}
+    sources = {r: source(cfg, sp.family, r, records[r]) for r in sp.rungs}
+    speeds = None
+    if sp.min_tps is not None:
+        speeds = {}
+        for r in sp.rungs:
+            doc = read_json(root / speed_file(sp, card, r))
+            rows = [x for x in doc.get("rows", []) if x.get("metric") == dv.SPEED_METRIC]
+            speeds[r] = (dv.speed_at(rows, sp.ctx, sp.parallel) if doc.get("status") not in qstatus.BAD else
+                         {"value": None, "reason": f"its speed point is {doc.get('status')}: {doc.get('status_reason')}"})
+    return infos, speeds, sources
 
 
 # ------------------------------------------------------------------------------------------ evidence
@@ -396,11 +476,15 @@ def sequential_evidence(f: Figure, es: dict, alpha: float, file: str) -> dict:
 
 # ------------------------------------------------------------------------------------------ the walk
 
-def candidates(sp: Spec, infos: dict[str, dict]) -> list[dict]:
+def candidates(sp: Spec, infos: dict[str, dict], speeds: dict[str, dict] | None = None,
+               sources: dict[str, str] | None = None) -> list[dict]:
     """The candidate rungs from the most bits per weight down (the config's order breaks ties), each
     with its memory at the stated context: weights + KV cache (GGUF metadata; compute buffers are not in
     a file's metadata and are left out, said so in the answer). A rung with as many bits as the
-    reference saves nothing and is dropped."""
+    reference saves nothing and is dropped. ``fits``: within the memory budget; with a speed floor
+    (``speeds``: ``dataset_view.speed_at`` per rung) ``fast``: its measured speed reaches the floor (a
+    rung without a speed figure does not: the floor cannot be shown met); ``eligible``: both, the
+    candidates the walk visits; ``excluded_by``: the constraints that keep it out, in words."""
     type_k, type_v = parse_kv(sp.kv)
     ref_bpw = infos[sp.reference]["bits_per_weight"]
     out = []
@@ -410,15 +494,32 @@ def candidates(sp: Spec, infos: dict[str, dict]) -> list[dict]:
         pred = int(info.tensor_bytes + kv_bytes)
         if info.bits_per_weight >= ref_bpw:
             continue
-        out.append({"rung": r, "order": i, "bits_per_weight": info.bits_per_weight, "weights_bytes": info.tensor_bytes,
-                    "kv_bytes": int(kv_bytes), "predicted_bytes": pred, "fits": pred <= sp.mem_bytes})
+        c = {"rung": r, "order": i, "bits_per_weight": info.bits_per_weight, "weights_bytes": info.tensor_bytes,
+             "file_bytes": info.file_bytes, "kv_bytes": int(kv_bytes), "predicted_bytes": pred,
+             "fits": pred <= sp.mem_bytes, "source": (sources or {}).get(r, "made here")}
+        why = [] if c["fits"] else [f"memory: {fmt_bytes(pred)} at {sp.ctx} tokens, over {sp.mem}"]
+        if sp.min_tps is not None:
+            spd = (speeds or {}).get(r) or {"value": None, "reason": "no speed figure read"}
+            c["speed"] = spd
+            c["tg_tokens_per_s"] = spd["value"]
+            c["fast"] = spd["value"] is not None and spd["value"] >= sp.min_tps
+            if not c["fast"]:
+                why.append(f"speed: {spd['value']:.3g} tokens/s, below the floor of {sp.min_tps:g}"
+                           if spd["value"] is not None else f"speed: no figure to hold against the floor ({spd['reason']})")
+        c["eligible"], c["excluded_by"] = not why, why
+        out.append(c)
     out.sort(key=lambda c: (-c["bits_per_weight"], c["order"]))
     return out
 
 
+def _eligible(c: dict) -> bool:
+    return c.get("eligible", c["fits"])  # a state written before the speed floor: memory alone
+
+
 def start(sp: Spec, cands: list[dict]) -> dict:
-    """The walk's first state: the fitting candidates in order, the start rung and the levels."""
-    fit = [c for c in cands if c["fits"]]
+    """The walk's first state: the fitting candidates (memory, and the speed floor where one is set) in
+    order, the start rung and the levels."""
+    fit = [c for c in cands if _eligible(c)]
     state = {"spec": sp.as_dict(), "spec_key": sp.key, "candidates": cands, "visited": [], "next": None,
              "start": None, "levels": None, "done": False}
     if not fit:
@@ -509,9 +610,13 @@ def answer(state: dict) -> dict:
            "levels": state["levels"], "path": [{"rung": v["rung"], "verdict": v["verdict"], "alpha": v["alpha"]}
                                                for v in state["visited"]],
            "candidates": state["candidates"], "assumes": MONOTONE_BISECT if _bisecting(state) else MONOTONE}
+    if sp.get("min_tps") is not None:
+        rec.update(min_tps=sp["min_tps"], parallel=sp.get("parallel", 1))
     if not order:
-        return {**rec, "verdict": "none fits", "rung": None,
-                "why": f"no candidate rung fits {sp['mem']} at {sp['ctx']} tokens of context (weights + KV cache)"}
+        floor = (f" and generates at least {sp['min_tps']:g} tokens/s" if sp.get("min_tps") is not None else "")
+        return {**rec, "verdict": "none fits", "rung": None, "binding": binding(state, None),
+                "why": f"no candidate rung fits {sp['mem']} at {sp['ctx']} tokens of context (weights + KV cache)"
+                       + floor}
     if claimed:
         a = claimed[-1]
         i = order.index(a)
@@ -523,6 +628,8 @@ def answer(state: dict) -> dict:
                            "predicted_bytes": c["predicted_bytes"],
                            "compute_buffers": "not included: llama.cpp sizes them at load (the memory measure "
                                               "records them per point)"})
+        if below is not None:
+            rec["below_gap"] = _gap(cands[below], c)
         if below is None:
             rec["why"] = f"{a} is shown acceptable and is the smallest candidate that fits"
         elif ev_below and ev_below["verdict"] == UNDETERMINED:
@@ -531,8 +638,13 @@ def answer(state: dict) -> dict:
                           + (f" ({need} would settle it)" if need else "") + ", so a smaller rung may also do")
         else:
             rec["why"] = f"{a} is shown acceptable; the rung below, {below}, is shown not to be"
+        rec["binding"] = binding(state, a)
+        rec["source"] = c.get("source", "made here")
+        rec["matched_size"] = matched_size(state)
         return rec
     und = [visited[r] for r in order if r in visited and visited[r]["verdict"] == UNDETERMINED]
+    rec["binding"] = binding(state, None)
+    rec["matched_size"] = matched_size(state)
     if und:
         need = {v["rung"]: _needed(v) for v in und}
         rec.update(verdict=UNDETERMINED, rung=None, undetermined=need,
@@ -542,6 +654,86 @@ def answer(state: dict) -> dict:
     rec.update(verdict="none acceptable", rung=None,
                why="every rung the walk measured is shown to lose more than accepted (the largest candidate included)")
     return rec
+
+
+def _gap(c: dict, other: dict) -> str:
+    """``c``'s file against ``other``'s: "Q2_K against Q4_K_M: −2.20 bits per weight, −31.6 MiB (−36.1 %)"."""
+    return f"{c['rung']} against {other['rung']}: " + dv.size_gap(
+        c["bits_per_weight"], c.get("file_bytes", c["weights_bytes"]), other["bits_per_weight"],
+        other.get("file_bytes", other["weights_bytes"]))
+
+
+def binding(state: dict, rung: str | None) -> list[dict]:
+    """Which constraint decided where the walk ends, in words ({constraint, why}): **the accepted
+    loss** when the candidate below the answer was measured and not shown acceptable; **speed** when
+    a smaller candidate than the answer (the walk's next one down, or any below the answer where
+    none is acceptable) is kept out by the floor only: without the floor the walk could go on to
+    it; **memory** when a larger candidate is kept out by the budget and no candidate that fits is
+    shown acceptable (with more memory the walk could step up to it). An answer that is the smallest
+    candidate of all is bound by none."""
+    cands = state["candidates"]
+    visited = {v["rung"]: v for v in state["visited"]}
+    out = []
+    by_rung = {c["rung"]: c for c in cands}
+    i = next((k for k, c in enumerate(cands) if c["rung"] == rung), None)
+    if rung is not None:
+        nxt = next((c for c in cands[i + 1:] if _eligible(c)), None)
+        if nxt is not None and nxt["rung"] in visited and visited[nxt["rung"]]["verdict"] != ACCEPTABLE:
+            out.append({"constraint": "accepted loss", "rung": nxt["rung"],
+                        "why": f"{nxt['rung']}, the next candidate down, is {visited[nxt['rung']]['verdict']}",
+                        "gap": _gap(nxt, by_rung[rung])})
+        slow = [c for c in cands[i + 1:] if c["fits"] and not c.get("fast", True)]
+        if slow and (nxt is None or slow[0]["bits_per_weight"] >= nxt["bits_per_weight"]):
+            c = slow[0]
+            out.append({"constraint": "speed", "rung": c["rung"],
+                        "why": f"{c['rung']} is smaller and fits but is kept out by the floor ("
+                               + "; ".join(c["excluded_by"]) + ")", "gap": _gap(c, by_rung[rung])})
+        return out
+    top = next((c for c in cands if _eligible(c)), None)
+    big = [c for c in cands if not c["fits"] and (top is None or c["bits_per_weight"] > top["bits_per_weight"])]
+    if big:
+        c = big[-1]
+        why = c.get("excluded_by") or [f"memory: {fmt_bytes(c['predicted_bytes'])} at {state['spec']['ctx']} tokens, "
+                                       f"over {state['spec']['mem']}"]  # a state from before the field
+        out.append({"constraint": "memory", "rung": c["rung"], "why": "; ".join(why),
+                    **({"gap": _gap(c, top)} if top else {})})
+    slow = [c for c in cands if c["fits"] and not c.get("fast", True)]
+    if slow:
+        out.append({"constraint": "speed", "rung": ", ".join(c["rung"] for c in slow),
+                    "why": "; ".join(f"{c['rung']}: {c['excluded_by'][0]}" for c in slow)})
+    return out
+
+
+def matched_size(state: dict) -> list[dict]:
+    """Each third-party rung the walk measured beside the family's own ladder at its size: per
+    accepted figure, its Δ against the reference and the own rungs' Δ read at its bits per weight
+    (``dataset_view.at_bpw`` over the rungs made here that the walk measured; absent, with the reason,
+    where its measured neighbours do not bracket it: the walk measures only the rungs it visits)."""
+    cands = {c["rung"]: c for c in state["candidates"]}
+    out = []
+    for v in state["visited"]:
+        c = cands.get(v["rung"])
+        if c is None or not c.get("source", "made here").startswith("uploader"):
+            continue
+        for f in v["figures"]:
+            if f.get("delta") is None:
+                continue
+            own = [(w["rung"], cands[w["rung"]]["bits_per_weight"], g["delta"])
+                   for w in state["visited"] if w["rung"] in cands
+                   and not cands[w["rung"]].get("source", "made here").startswith("uploader")
+                   for g in w["figures"] if g["figure"] == f["figure"] and g.get("delta") is not None]
+            hib = f.get("unit") == "%"  # a task Δ: higher is better; a KLD or ln PPL ratio: lower
+            at = dv.at_bpw(own, c["bits_per_weight"], higher_is_better=hib)
+            rec = {"rung": c["rung"], "source": c["source"], "figure": f["figure"], "unit": f.get("unit"),
+                   "bits_per_weight": c["bits_per_weight"], "delta": f["delta"], "ours": at.get("value")}
+            if at.get("value") is None:
+                rec["reason"] = at["reason"] + " (the walk measures only the rungs it visits)"
+            else:
+                rec["how"] = at["text"]
+                rec["difference"] = f["delta"] - at["value"]
+                rec["gaps"] = list(dict.fromkeys(_gap(c, cands[n[0]]) for n in (at["below"], at["above"])))
+            out.append(rec)
+    return out
 
 
 MONOTONE = ("losses grow as bits per weight fall: below the first rung not shown acceptable nothing is measured; "
@@ -561,19 +753,21 @@ def _needed(ev: dict) -> str | None:
     return "; ".join(out) or None
 
 
-def replay(sp: Spec, cfg: dict, card: str, infos: dict[str, dict], root: str | Path = ".") -> dict:
+def replay(sp: Spec, cfg: dict, card: str, infos: dict[str, dict], root: str | Path = ".",
+           speeds: dict | None = None, sources: dict | None = None) -> dict:
     """The walk over points that exist already (a full ladder measured): the state the checkpoints reach."""
-    state = start(sp, candidates(sp, infos))
+    state = start(sp, candidates(sp, infos, speeds, sources))
     while not state["done"]:
         r = state["next"]
         state = advance(state, evidence(sp, cfg, card, r, level_of(state, r), root))
     return state
 
 
-def fixed_sequence(sp: Spec, cfg: dict, card: str, infos: dict[str, dict], root: str | Path = ".") -> dict:
+def fixed_sequence(sp: Spec, cfg: dict, card: str, infos: dict[str, dict], root: str | Path = ".",
+                   speeds: dict | None = None) -> dict:
     """The full ladder's answer: every fitting candidate measured, the fixed sequence from the largest
     down at the whole level α; the smallest rung of the unbroken run shown acceptable."""
-    fit = [c["rung"] for c in candidates(sp, infos) if c["fits"]]
+    fit = [c["rung"] for c in candidates(sp, infos, speeds) if _eligible(c)]
     out, answer_ = [], None
     for r in fit:
         ev = evidence(sp, cfg, card, r, sp.alpha, root)
@@ -657,9 +851,27 @@ def cost(state: dict, card: str, root: str | Path = ".") -> dict:
 
 def format_text(result: dict) -> str:
     """The answer in a few lines (the rule's log, the command line)."""
-    head = (f"find {result['family']} (reference {result['reference']}, {result['mem']} at {result['ctx']} tokens, "
-            f"accept {', '.join(result['accept'])}, one-sided α {result['alpha']:g}):")
+    floor = (f", at least {result['min_tps']:g} tokens/s with {result.get('parallel', 1)} sequence(s) at a time"
+             if result.get("min_tps") is not None else "")
+    head = (f"find {result['family']} (reference {result['reference']}, {result['mem']} at {result['ctx']} tokens"
+            f"{floor}, accept {', '.join(result['accept'])}, one-sided α {result['alpha']:g}):")
     lines = [head, f"  answer: {result['rung'] or result['verdict']}: {result['why']}"]
+    if result.get("rung") and result.get("source", "made here") != "made here":
+        lines.append(f"  source: {result['source']}")
+    if result.get("below_gap"):
+        lines.append(f"  size gap: {result['below_gap']}")
+    for b in result.get("binding") or []:
+        lines.append(f"  binding: {b['constraint']}: {b['why']}" + (f" ({b['gap']})" if b.get("gap") else ""))
+    if result.get("rung") and "binding" in result and not result["binding"]:
+        lines.append("  binding: none (the smallest candidate)")
+    for m in result.get("matched_size") or []:
+        u = "" if m.get("unit") in (None, "", "1") else " points" if m["unit"] == "%" else f" {m['unit']}"
+        if m.get("ours") is None:
+            lines.append(f"  matched size: {m['rung']} ({m['source']}) {m['figure']} Δ {m['delta']:.4g}{u}; ours at "
+                         f"its size: absent: {m['reason']}")
+        else:
+            lines.append(f"  matched size: {m['rung']} ({m['source']}) {m['figure']} Δ {m['delta']:.4g}{u}, ours "
+                         f"{m['ours']:.4g}{u} ({m['how']}); {m['difference']:+.4g}{u}; " + "; ".join(m["gaps"]))
     if result.get("memory"):
         m = result["memory"]
         lines.append(f"  memory at {m['ctx']} tokens: {fmt_bytes(m['predicted_bytes'])} (weights "
@@ -678,7 +890,7 @@ def run_cli(args) -> int:
     Snakemake makes the answer's target with the request laid over the config (docs/find.md)."""
     request = {"find": {"family": args.family, "mem": args.mem, "ctx": args.ctx, "accept": args.accept,
                         "reference": args.reference, "kv": args.kv, "start": args.start, "alpha": args.alpha,
-                        "strategy": args.strategy,
+                        "strategy": args.strategy, "min_tps": args.min_tps, "parallel": args.parallel,
                         "rungs": [r.strip() for r in args.rungs.split(",") if r.strip()] if args.rungs else None}}
     workdir = Path(args.directory)
     req = workdir / ".quantladder" / "find-request.yaml"  # every key set: nothing of the config's own find leaks in
