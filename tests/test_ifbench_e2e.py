@@ -73,7 +73,7 @@ def test_figures_and_paired_verdicts_land_in_the_dataset(run):
     wd = run["wd"]
     for rung in RUNGS:
         m = json.loads((_point(wd, rung) / "metrics.json").read_text())
-        assert m["status"] in ("ok", "unanchored") and not m.get("incomplete")
+        assert m["status"] in ("ok", "unanchored") and m["incomplete"] is False
         assert m["scoring"]["verifier"].startswith("if-verifiable ")
         verdicts = read_jsonl(_point(wd, rung) / "verdicts.jsonl")
         rows = {(r["metric"], r["subset"]): r for r in m["rows"]}

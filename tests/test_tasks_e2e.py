@@ -71,7 +71,7 @@ def test_each_rung_gets_its_paired_verdict_in_points_parquet(run):
         py = [c for v in verdicts for c in v["checks"] if c["kind"] == "python"]
         assert py and all(c["error"] in (None, "python") for c in py), py  # ran in the sandbox, decided there
         m = json.loads((d / "metrics.json").read_text())
-        assert m["status"] in ("ok", "unanchored") and not m.get("incomplete")
+        assert m["status"] in ("ok", "unanchored") and m["incomplete"] is False
         assert m["scoring"]["sandbox"].startswith("bubblewrap")
     df = pd.read_parquet(wd / f"results/{CARD}/points.parquet")
     rows = df[(df.benchmark == "tasks") & (df.metric == "all_checks_pass") & df.subset.isna()]

@@ -105,21 +105,20 @@ class Point:
         )
 
     def write_metrics(self, path: str | os.PathLike, rows: list[dict], *, data: dict | None = None,
-                      engine: dict | None = None, incomplete: bool = False, extra: dict | None = None,
+                      engine: dict | None = None, extra: dict | None = None,
                       status: str | None = None, status_reason: str | None = None, keys: dict | None = None) -> dict:
         """Write metrics.json (with the manifest inside) and manifest.json beside it, atomically.
 
-        The file's status is the worse of the anchor's and the one given (incomplete, absent, ...)."""
+        The file's status is the worse of the anchor's and the one given (incomplete, absent, ...), and
+        its ``incomplete`` flag is true exactly when that status is "incomplete"."""
         st, reason = self.status
         if status and qstatus.rank(status) > qstatus.rank(st):
             st, reason = status, status_reason
         elif status and status_reason and st == status:
             reason = status_reason
-        if incomplete and qstatus.rank("incomplete") > qstatus.rank(st):
-            st, reason = "incomplete", reason or status_reason
         man = self.manifest(data=data, engine=engine, keys=keys)
         doc = {"benchmark": self.benchmark, "status": st, "status_reason": reason,
-               "incomplete": incomplete, "rows": rows, "manifest": man, **(extra or {})}
+               "incomplete": st == "incomplete", "rows": rows, "manifest": man, **(extra or {})}
         man["anchor"] = anchor_summary(self.anchor)  # what the figures were anchored against
         write_json(Path(path).with_name("manifest.json"), man)
         write_json(path, doc)

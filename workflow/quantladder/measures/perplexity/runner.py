@@ -422,7 +422,7 @@ def join_passes(pass_files: list, skipped: list[dict], *, spec: str, metrics_out
     order = ("ok", "unanchored", "incomplete", "absent", "failed", "blocked")
     st, reason = max(statuses, key=lambda x: order.index(x[0]) if x[0] in order else 0)
     doc = {"benchmark": "perplexity", "status": st, "status_reason": reason,
-           "incomplete": any(d.get("incomplete") for d in docs), "rows": rows, "manifest": man,
+           "incomplete": st == "incomplete", "rows": rows, "manifest": man,
            "passes": {k: {"seconds": d.get("seconds"), "peak_rss_bytes": d.get("peak_rss_bytes")}
                       for k, d in zip(names, docs)}}
     write_json(manifest_out, man)
