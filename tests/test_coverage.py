@@ -142,7 +142,7 @@ def test_items_needed_is_the_first_n_the_claim_has_its_power(flip):
     dec = ni.decide(0.0, -20.0, 20.0, tolerance=100 * margin, higher_is_better=True, unit="%", stderr=stderr, n=m)
     assert dec.items_needed == n
     assert f"{n:,} items needed to show it within 5 points" in dec.text
-    assert dec.items_to_detect and f"{dec.items_to_detect:,} to detect a loss of 5 points" in dec.text
+    assert dec.items_to_detect == ni.items_to_detect(5.0, "%", 0.0, stderr, m)
 
 
 def test_the_issue_figures_for_a_one_point_margin_with_no_flips():

@@ -168,7 +168,7 @@ def test_the_first_screen_opens_on_one_sentence_per_family_in_chromium(walked):
     sentences, height, charts, chart_after, table_after, disagree = got
     by = {f: (src, rung, text, top, bottom) for f, src, rung, text, top, bottom in sentences}
     assert list(by) == ["big", "small", "tiny"]  # every family, in order, before anything else of the answer
-    assert all(bottom < height for *_, bottom in by.values())  # on the first screen, no scrolling
+    assert all(bottom < height for *_, bottom in by.values()), (height, by)  # on the first screen, no scrolling
     assert chart_after and table_after and disagree == 0
     src, rung, text, _, _ = by["tiny"]
     mem = ans["memory"]["predicted_bytes"]

@@ -121,10 +121,13 @@ def _plan_line(res: dict | None, family: str) -> str:
                 and e.get("hours_at_detect") is not None]
         cost = (f", ≈ {sum(e['hours_at_detect'] for e in mine):.2g} job-hours for its {len(mine)} points" if mine else "")
         kv = "" if b["kv"] == "f16" else f" (KV {esc(b['kv'])})"
+        show = max((r.get("items_to_show_within") or 0 for r in b["rungs"]), default=0)
+        show_txt = (f"; {show:,} to show every rung within {DETECT_POINTS:g} points instead, the claim the walk makes"
+                    if show else "")
         parts.append(f'<span data-benchmark="{esc(b["benchmark"])}"><b>{esc(b["benchmark"])}</b>{kv} '
                      f'<b>{b["items_needed"]:,} items</b> ({esc(b["items_needed_rung"])}; '
                      f'{b["items_needed_upper"]:,} at its flip rate\'s 95 % upper bound; {b["items_now"]:,} measured'
-                     f"{cost})</span>")
+                     f"{cost}{show_txt})</span>")
     if not parts:
         return ""
     return (f'<li class="plan">Items to detect a {DETECT_POINTS:g}-point loss at {100 * res["power"]:g} % power '

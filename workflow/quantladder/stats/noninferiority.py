@@ -170,10 +170,11 @@ class Decision:
             worse = "to lose more than {}" if self.higher_is_better else "more than {} from the reference"
             out = f"shown {worse.format(self._u(t, False))}: {ci} lies beyond the tolerance"
         else:
-            need = (f"; {self.items_needed:,} items needed to show it within {self._u(t, False)} "
-                    f"({100 * POWER:.0f} % power if it equals the reference"
-                    + (f"; {self.items_to_detect:,} to detect a loss of {self._u(t, False)}" if self.items_to_detect
-                       else "") + ")" if self.items_needed else "")
+            # the claim's own plan (80 % power if the rung equals its reference); the items to detect a loss
+            # of T are another figure, printed beside it where a plan is read (find, quantladder plan, the
+            # report's plan line), not in this sentence, which the first screen quotes
+            need = (f"; {self.items_needed:,} items needed to show it within {self._u(t, False)}"
+                    if self.items_needed else "")
             out = f"undetermined: {ci} spans the tolerance {self._u(t, False)}{need}"
         if not self.reached:
             out += (f"; not claimed: the walk down the ladder stopped at {self.stopped_at}, "
