@@ -101,7 +101,8 @@ def get_final_outputs(wildcards):
             f"results/{CARD}/recommendation/mem{target['mem']}-ctx{target['ctx']}.json"
         )
     outs += find_answers(CARD)  # the walk of `find:` (rules/find.smk)
-    if workflow.dryrun:  # the table of what is left, once Snakemake has planned (the jobs it plans)
+    # the table of what is left, once Snakemake has planned (the jobs it plans)
+    if workflow.dryrun:
         qprogress.print_after_plan(workflow, config, CARD)
     return outs
 
@@ -111,7 +112,11 @@ def find_answers(card):
     a `find:` section."""
     f = config.get("find")
     # a config that switches the walk's family off (a hub config over the default) walks nothing
-    return [f"results/{card}/find/{f['family']}.json"] if f and f.get("family") in qconfig.families(config) else []
+    return (
+        [f"results/{card}/find/{f['family']}.json"]
+        if f and f.get("family") in qconfig.families(config)
+        else []
+    )
 
 
 def get_find_answers(wildcards):
@@ -453,7 +458,10 @@ def get_scoring_key(wildcards):
 # digest taken there would be the edited file's), and checked by the job against the file as it reads
 # it (Benchmark.check_read).
 PLANNED_DIGESTS = {
-    t: {w: qbenchmarks.configured(config, t).content_digests(w) for w in ("items", "scoring")}
+    t: {
+        w: qbenchmarks.configured(config, t).content_digests(w)
+        for w in ("items", "scoring")
+    }
     for t in TASKS
 }
 
