@@ -30,9 +30,12 @@ What makes a reply reproducible (DESIGN rule 6; llama.cpp is not batch-invariant
   the longest stream's in a micro-batch (llama.cpp's ``n_kv`` is the maximum over the streams), so a
   short sequence batched with a long one pays the long one's width: measured in docs/parity.md.
 - **Greedy** is the argmax of the logits row, ties to the lowest token id (llama.cpp's greedy
-  sampler, ``llama_sampler_greedy_apply``); a request ends at an end-of-generation token
-  (``llama_vocab_is_eog``, not part of the reply), at a stop string (the reply's bytes are cut before
-  it), at its token budget, or at the end of its sequence's context.
+  sampler, ``llama_sampler_greedy_apply``), whichever side selects it (``EngineSettings.selection``:
+  numpy over the rows llama.cpp copies to the host, or llama.cpp's backend sampler handing back each
+  row's best candidates only; the same token either way, docs/generation.md "Selection"); a request
+  ends at an end-of-generation token (``llama_vocab_is_eog``, not part of the reply), at a stop
+  string (the reply's bytes are cut before it), at its token budget, or at the end of its
+  sequence's context.
 
 What batching still changes is which rows share a matrix product: a reply at ``n_parallel > 1`` can
 differ from the same item at ``n_parallel = 1``, because ggml's CPU kernels differ with the number of
@@ -98,6 +101,17 @@ class EngineSettings:
     # every reply byte-identical at any n_parallel and any batch mates (CPU; the project's llama.cpp
     # patch, repacking off; llama_handle.check_batch_mode, docs/generation.md "Batch invariance")
     batch_invariant: bool = False
+    # where the greedy token is picked (the same token either way, ties to the lowest id: not part
+    # of any key; docs/generation.md, "Selection"): "host", numpy's argmax over the B × vocab logits
+    # rows llama.cpp copies out of the backend every step; "backend", llama.cpp's backend sampler
+    # (a top-k sampler chain per sequence) computes each row's SELECT_TOP_K best candidates where
+    # the output layer ran and only those cross to the host; "auto": backend where layers are
+    # offloaded (the copy is a device-to-host transfer there), host on the CPU (measured faster)
+    selection: str = "auto"
+    # benchmarks only (it changes replies; no config key sets it): an end-of-generation token is
+    # never selected (its logit taken as -inf, as llama-server's ignore_eos does), so every request
+    # runs its whole budget, as llama-batched-bench's sequences do
+    ignore_eog: bool = False
 
     def resolved(self) -> dict:
         k, v = parse_kv(self.kv)
@@ -109,7 +123,19 @@ class EngineSettings:
         if self.batch_invariant:
             check_batch_invariant(self.n_parallel, fa, self.n_gpu_layers, self.kv)
             out["extra_bufts"] = False  # repacked weights take a step's rows in fours (GEMM) and the rest alone (GEMV)
+        if self.selection not in SELECTIONS:
+            raise ConfigError(f"engine selection {self.selection!r}: one of {', '.join(SELECTIONS)}")
+        if self.selection == "auto":
+            out["selection"] = "backend" if self.n_gpu_layers else "host"
         return out
+
+
+# EngineSettings.selection's values, and the candidates per row the backend hands back: the token is
+# the lowest id among the candidates of the highest logit, which is the row's first maximum unless
+# every candidate ties (then more tokens than that may tie and the lowest id may be left out, and
+# the step is refused rather than guessed)
+SELECTIONS = ("auto", "host", "backend")
+SELECT_TOP_K = 8
 
 
 @dataclass(frozen=True)
@@ -233,10 +259,71 @@ class Engine(LlamaHandle):
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
         self._piece_buf = ctypes.create_string_buffer(256)
+        self._selection = r["selection"]
+        self._samplers: list = []  # the backend sampler chains, one per sequence (freed after the context)
+        self._eog_ids = None
+        if r["ignore_eog"]:
+            self._eog_ids = np.flatnonzero([self.lc.llama_vocab_is_eog(self.vocab, t) for t in range(self.n_vocab)])
+        if self._selection == "backend":
+            self._attach_samplers()
         # what the last run() did (for a job's record): decodes of prompt chunks, generation steps
         # and their sequences, stream moves of the compaction, requests served, prompt tokens
         # kept (Request.continues) or taken from the prefix cache, the cache's stream copies
         self.last_run: dict = {}
+
+    # -- selection ------------------------------------------------------------------------
+    def _attach_samplers(self) -> None:
+        """One backend sampler chain per sequence (EOG ids biased to -inf first with ignore_eog, then
+        top-k of SELECT_TOP_K): llama.cpp runs it on the device of the output layer, and a decode
+        whose outputs all belong to such sequences copies no logits row to the host."""
+        lc = self.lc
+        bias = None
+        if self._eog_ids is not None and len(self._eog_ids):
+            bias = (lc.llama_logit_bias * len(self._eog_ids))(*[lc.llama_logit_bias(int(t), float("-inf"))
+                                                                 for t in self._eog_ids])
+        for seq in range(self.n_parallel):
+            chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
+            self._samplers.append(chain)
+            if bias is not None:
+                lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_logit_bias(self.n_vocab, len(bias), bias))
+            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_k(SELECT_TOP_K))
+            if not lc.llama_set_sampler(self.ctx, seq, chain):
+                self.close()
+                raise RuntimeError(f"{self.model_path}: llama.cpp cannot run the selection's sampler on this backend "
+                                   "(EngineSettings.selection='host' selects on the host)")
+
+    def _select(self, rows: Sequence[int]) -> list[int]:
+        """The greedy token of each output row of the last decode (``rows``: the batch indices of
+        the tokens whose output is asked for, in batch order): the row's first maximum, i.e. ties
+        to the lowest id, on either side (EngineSettings.selection)."""
+        import numpy as np
+
+        if self._selection == "host":
+            logits = self._logits(len(rows))
+            if self._eog_ids is not None:
+                logits[:, self._eog_ids] = -np.inf  # llama.cpp's output buffer: rewritten by the next decode
+            return np.argmax(logits, axis=1).tolist()  # first maximum: ties go to the lowest id
+        lc, ctx, out = self.lc, self.ctx, []
+        for i in rows:
+            n = int(lc.llama_get_sampled_logits_count_ith(ctx, i))
+            ids, vals = lc.llama_get_sampled_candidates_ith(ctx, i), lc.llama_get_sampled_logits_ith(ctx, i)
+            if n <= 0 or not ids or not vals:
+                raise RuntimeError(f"{self.model_path}: llama.cpp's backend sampler gave no candidates for output {i}")
+            vals, ids = vals[:n], ids[:n]
+            top = max(vals)
+            best = [t for t, v in zip(ids, vals) if v == top]
+            if len(best) == n < self.n_vocab:
+                raise RuntimeError(f"{self.model_path}: all {n} candidates of output {i} tie at the highest logit "
+                                   f"({top}): more tokens may tie, and which has the lowest id is unknown on the "
+                                   "backend; use EngineSettings.selection='host'")
+            out.append(min(best))
+        return out
+
+    def close(self) -> None:
+        super().close()  # the context first: it holds the chains
+        for chain in getattr(self, "_samplers", ()):
+            self.lc.llama_sampler_free(chain)
+        self._samplers = []
 
     # -- model facts ------------------------------------------------------------------------
     @property
@@ -711,7 +798,7 @@ class Engine(LlamaHandle):
         if self._cache and not s.kept:
             self._exact[k] = prompt[:n_all // self.n_batch * self.n_batch].copy()
         s.pos = n_all
-        token = int(np.argmax(self._logits(1)[0]))  # first maximum: ties go to the lowest id
+        token = self._select((n - 1,))[0]  # the last chunk's last token
         step(n, self._accept(k, slots, token, on_finish))
 
     def _from_cache(self, k: int, prompt) -> int:
@@ -756,7 +843,7 @@ class Engine(LlamaHandle):
         self._decode(n)
         self.last_run["gen_steps"] += 1
         self.last_run["gen_rows"] += n
-        nxt = np.argmax(self._logits(n), axis=1).tolist()
+        nxt = self._select(range(n))
         made = 0
         for j, k in enumerate(live):
             slots[k].pos += 1
