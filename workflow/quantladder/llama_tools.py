@@ -390,6 +390,74 @@ def ensure(configured_dir: str | None = None, extra_args: tuple[str, ...] = (), 
             shutil.rmtree(work, ignore_errors=True)
 
 
+# llama.cpp's other programs the benchmarks compare the engine with (benchmarks/gen_throughput.py),
+# built on demand only, never by `make setup` or the workflow: extra CMake flags each needs beyond
+# cmake_args(). llama-server pulls in the multimodal library and the HTTP stack (a 2-core build
+# takes minutes); its web UI stays out (no npm, no download of prebuilt assets: the build machine
+# may have no network) and so does HTTPS.
+EXTRA_TOOLS = {
+    "llama-batched-bench": (),
+    "llama-server": ("-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
+                     "-DLLAMA_OPENSSL=OFF"),
+}
+
+
+def extra_tool(name: str, configured_dir: str | None = None, jobs: int = 0, log=None) -> Path:
+    """One of EXTRA_TOOLS, built once from the same sdist, patches, backend and flags as the four
+    workflow tools (its own CMake flags added: a server build does not disturb their key), cached
+    beside them as ``<build key>-<short name>/bin/<name>`` with its ``build.json`` (the binary's
+    sha256 and the build's wall seconds); a binary that no longer matches its record is rebuilt."""
+    if name not in EXTRA_TOOLS:
+        raise ToolsError(f"unknown extra tool {name!r}; known: {', '.join(EXTRA_TOOLS)}")
+    version, backend = library_version(), library_backend()
+    args = cmake_args(backend)
+    extra = list(EXTRA_TOOLS[name])
+    if extra:  # an extra flag replaces the default's own setting of the same variable
+        names = {x.split("=", 1)[0] for x in extra}
+        args = [x for x in args if x.split("=", 1)[0] not in names] + extra
+    root = cache_root(configured_dir)
+    key = build_key(version, backend, args)
+    out = root / f"{key}-{name.removeprefix('llama-')}"
+    exe = out / "bin" / name
+    rec_path = out / "build.json"
+    with _locked(root / f"{key}-{name}.lock"):
+        if exe.is_file() and rec_path.is_file():
+            try:
+                if json.loads(rec_path.read_text()).get(name) == sha256_file(exe):
+                    return exe
+            except ValueError:
+                pass
+            _log(log, f"rebuilding {name}: {exe} does not match {rec_path}")
+        if not shutil.which("cmake"):
+            raise ToolsError("cmake is not installed (.ci/system-packages.txt lists it; "
+                             "bash .ci/install-system-packages.sh)")
+        sdist = fetch_sdist(version, root / "sdist", log)
+        work = Path(tempfile.mkdtemp(prefix=f".{key}-{name}.", dir=root))
+        t0 = _dt.datetime.now(_dt.timezone.utc)
+        try:
+            with tarfile.open(sdist) as tar:
+                tar.extractall(work, members=[m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name],
+                               filter="data")
+            src = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
+            apply_patches(src, log)  # the project's patches, as the library and the tools carry them
+            gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+            _run(["cmake", "-S", str(src), "-B", str(work / "build"), *gen, *args], log, what=f"building {name}")
+            _run(["cmake", "--build", str(work / "build"), "-j", str(jobs or os.cpu_count() or 1), "--target", name],
+                 log, what=f"building {name}")
+            shutil.rmtree(out, ignore_errors=True)
+            (out / "bin").mkdir(parents=True)
+            shutil.copy2(work / "build" / "bin" / name, exe)
+            seconds = (_dt.datetime.now(_dt.timezone.utc) - t0).total_seconds()
+            rec = {"llama_cpp_python": version, "backend": backend, "cmake_args": args, "patches": patches_key(),
+                   "sdist_sha256": sha256_file(sdist), name: sha256_file(exe),
+                   "built_at": t0.isoformat(timespec="seconds"),
+                   "build_seconds": round(seconds, 1), "jobs": jobs or os.cpu_count() or 1}
+            rec_path.write_text(json.dumps(rec, indent=1, sort_keys=True))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return exe
+
+
 def load(record_path: str | os.PathLike) -> dict:
     """Read a tools record (the llama_tools rule's output) and verify its binaries."""
     p = Path(record_path)
