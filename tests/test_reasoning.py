@@ -397,38 +397,9 @@ def test_utf8_is_complete_as_llama_cpp():
 
 def _with_template(src: Path, dst: Path, template: str) -> Path:
     """A copy of a GGUF with another chat template (the tensors' bytes as they are)."""
-    import gguf
-    import numpy as np
+    import provenance_util
 
-    from quantladder.gguf_meta import scan_header
-
-    types: dict = {}
-    fields, tensors = scan_header(src, types=types, raw_strings=True)
-    data = np.memmap(src, dtype=np.uint8, mode="r")
-    w = gguf.GGUFWriter(str(dst), fields["general.architecture"].decode())
-    for name, value in fields.items():
-        if name == "general.architecture":
-            continue
-        vtype, sub = types[name]
-        if name == "tokenizer.chat_template":
-            value = template.encode()
-        w.add_key_value(name, value.tolist() if isinstance(value, np.ndarray) else value, gguf.GGUFValueType(vtype),
-                        sub_type=None if sub is None else gguf.GGUFValueType(sub))
-    for t in tensors:
-        qtype = gguf.GGMLQuantizationType(t.type)
-        raw = np.asarray(data[t.data_offset:t.data_offset + t.n_bytes])
-        ne = [int(x) for x in t.shape]
-        if qtype in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
-            w.add_tensor(t.name, raw.view(np.float32 if qtype == gguf.GGMLQuantizationType.F32 else np.float16)
-                         .reshape(list(reversed(ne))))
-        else:  # the bytes as they are, rows of blocks
-            block, size = gguf.GGML_QUANT_SIZES[qtype]
-            w.add_tensor(t.name, raw.reshape(list(reversed(ne[1:])) + [ne[0] // block * size]), raw_dtype=qtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return dst
+    return provenance_util.mutate(src, dst, {"tokenizer.chat_template": template})
 
 
 def test_engine_chat_prompt_with_template_kwargs(smollm_source, vendored_templates, tmp_path):

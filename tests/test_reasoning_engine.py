@@ -26,45 +26,22 @@ QUESTION = [{"role": "user", "content": "Write a Python function that adds two n
 
 def thinking_copy(src: Path, dst: Path, template: str) -> Path:
     """A copy of a GGUF with another chat template and tokens 12, 13 the user-defined ``<think>``, ``</think>``
-    (the tensors' bytes as they are; tests/test_reasoning.py writes the template alone)."""
+    (the tensors' bytes as they are: tests/provenance_util.py)."""
     import gguf
-    import numpy as np
+    import provenance_util
 
-    from quantladder.gguf_meta import scan_header
+    def tokens(v):
+        v = list(v)
+        v[THINK], v[END] = "<think>", "</think>"
+        return v
 
-    types: dict = {}
-    fields, tensors = scan_header(src, types=types, raw_strings=True)
-    data = np.memmap(src, dtype=np.uint8, mode="r")
-    w = gguf.GGUFWriter(str(dst), fields["general.architecture"].decode())
-    for name, value in fields.items():
-        if name == "general.architecture":
-            continue
-        vtype, sub = types[name]
-        if name == "tokenizer.chat_template":
-            value = template.encode()
-        if name == "tokenizer.ggml.tokens":
-            value = list(value)
-            value[THINK], value[END] = b"<think>", b"</think>"
-        if name == "tokenizer.ggml.token_type":  # user-defined, as Qwen's: written in the reply's text
-            value = value.copy()
-            value[THINK] = value[END] = int(gguf.TokenType.USER_DEFINED)
-        w.add_key_value(name, value.tolist() if isinstance(value, np.ndarray) else value, gguf.GGUFValueType(vtype),
-                        sub_type=None if sub is None else gguf.GGUFValueType(sub))
-    for t in tensors:
-        qtype = gguf.GGMLQuantizationType(t.type)
-        raw = np.asarray(data[t.data_offset:t.data_offset + t.n_bytes])
-        ne = [int(x) for x in t.shape]
-        if qtype in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
-            w.add_tensor(t.name, raw.view(np.float32 if qtype == gguf.GGMLQuantizationType.F32 else np.float16)
-                         .reshape(list(reversed(ne))))
-        else:
-            block, size = gguf.GGML_QUANT_SIZES[qtype]
-            w.add_tensor(t.name, raw.reshape(list(reversed(ne[1:])) + [ne[0] // block * size]), raw_dtype=qtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return dst
+    def token_types(v):  # user-defined, as Qwen's: written in the reply's text
+        v = list(v)
+        v[THINK] = v[END] = int(gguf.TokenType.USER_DEFINED)
+        return v
+
+    return provenance_util.mutate(src, dst, {"tokenizer.chat_template": template, "tokenizer.ggml.tokens": tokens,
+                                             "tokenizer.ggml.token_type": token_types})
 
 
 @pytest.fixture(scope="module")
