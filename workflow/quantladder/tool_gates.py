@@ -135,9 +135,10 @@ def speed_gate(cfg: dict, *, family: str, card_label: str, tools: dict, model: s
     gate = anchors.tool_gate_settings(cfg, "speed")
     s = cfg["measures"]["speed"]
     kw = dict(n_prompt=int(s["n_prompt"]), n_gen=int(s["n_gen"]), threads=threads, flash_attn=_resolved_fa(cfg),
-              n_batch=int(s.get("n_batch", 2048)), n_ubatch=int(s.get("n_ubatch", 512)),
-              gpu_layers=int(cfg.get("gpu_layers", 0)))
-    reps = int(gate.get("repetitions") or s.get("repetitions", 3))
+              n_batch=int(s["n_batch"]), n_ubatch=int(s["n_ubatch"]), gpu_layers=int(cfg["gpu_layers"]))
+    # the validated config carries the schema's defaults: none is restated here (it fell back to 3
+    # repetitions where the schema says 5)
+    reps = int(gate.get("repetitions") or s["repetitions"])
     exe = llama_tools.tool(tools, "llama-bench")
     rounds = {"pp": ([], []), "tg": ([], [])}  # (ours, theirs) per-round means
     for _ in range(int(gate["rounds"])):  # interleaved: llama-bench, then the harness, each round
