@@ -95,3 +95,18 @@ def test_selection_is_checked_and_auto_resolves_by_where_the_layers_run():
     with pytest.raises(ConfigError, match="selection 'gpu'"):
         EngineSettings(n_ctx=64, selection="gpu").resolved()
 
+
+
+def test_a_prompt_of_several_chunks_selects_from_its_last_chunk_on_both_sides(smollm_q4km):
+    """The first token comes from the last prompt chunk's last row (batch index = that chunk's size
+    - 1, not the prompt's length - 1): both sides agree on a prompt of 64 + 64 + 22 tokens."""
+    got = {}
+    for sel in ("host", "backend"):
+        with Engine(str(smollm_q4km), EngineSettings(n_ctx=192, n_batch=64, n_threads=2, selection=sel)) as eng:
+            assert eng.n_batch == 64
+            text = eng.chat_prompt([{"role": "user", "content": "Count the words: " + "one two three " * 40}])
+            prompt = eng.prompt_tokens(text)[:150]
+            g = eng.generate(prompt, 8)
+            assert eng.last_run["prefill_decodes"] == 3 and g.n_gen_tokens > 0
+            got[sel] = g.tokens
+    assert got["host"] == got["backend"]
