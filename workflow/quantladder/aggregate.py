@@ -17,6 +17,8 @@ The comparisons, with their one documented choice of reference (docs/dataset.md)
   whether every reply of the pair is identical: measured, per card, never assumed.
 - **Paired deltas** (the ``delta*`` and ``verdict*`` columns of every paired figure, and ``items_needed``):
   ``quantladder.deltas``, called here on the rows assembled.
+- **The thinking** of a thinking family (closure, cap hits, thinking length, flips by cause, each part's
+  identity): ``quantladder.thinking``, per point and against the same reference.
 - **Cross-card identity**: one ``generation_hash`` row per item, so the same points on two cards can be
   compared reply by reply (the seeds: 21 of 148 identical); cards are never merged into one curve.
 - **One card key, one machine kind**: points under one card key whose card fingerprints differ are
@@ -29,7 +31,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from . import dataset, deltas, metrics
+from . import dataset, deltas, metrics, thinking
 from .errors import CardMismatchError, DataError
 from .flips import flip_metric_rows, flips, generation_hash_value, identical, share
 from .io import GENERATIONS, VERDICTS, JsonlFile, read_json
@@ -104,6 +106,8 @@ def collect(metrics_paths: list[str]) -> list[dict]:
         if p.series == "points":
             rows.extend(dataset.rows_from_point(p.path))
     rows.extend(comparison_rows(points))
+    # a thinking family's thinking, per point and against its reference (quantladder.thinking)
+    rows.extend(thinking.rows([p for p in points if not p.fidelity], reference_of, _with))
     # the paired columns of every paired figure, and the items each comparison needs (quantladder.deltas)
     rows.extend(deltas.fill(rows, [p for p in points if not p.fidelity], reference_of))
     rows.extend(generation_hash_rows(points))

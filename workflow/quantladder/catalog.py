@@ -9,6 +9,7 @@ the ones every task shares are declared in the registry module itself.
 from __future__ import annotations
 
 # Each declares its figures at import: the task benchmarks their scores, flips the verdict changes
-# and reply hashes, deltas the items a run needs, fidelity the teacher-forced rows of task points.
-from . import benchmarks, deltas, flips  # noqa: F401
+# and reply hashes, deltas the items a run needs, thinking a thinking family's thinking, fidelity the
+# teacher-forced rows of task points.
+from . import benchmarks, deltas, flips, thinking  # noqa: F401
 from .measures import fidelity  # noqa: F401

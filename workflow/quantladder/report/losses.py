@@ -25,6 +25,16 @@ the dataset is llama-perplexity's ±, which treats every token as independent; t
 nothing about which *text* loses most, let alone which language. No corpus entry is therefore named
 first or separable (CLUSTERED: only item intervals qualify); the corpora are listed by their mean
 KLD on these texts, with their per-token intervals, as a hint.
+
+A thinking family's rungs get a third list, **the thinking** (quantladder.thinking: the rows of the
+metric group ``thinking``, read, never recomputed): the closure and cap-hit rates against the reference
+on the items both thought on (points, Tango's interval, Holm-corrected verdict), the thinking length
+ratio on the items both closed on their own (×, bootstrap interval) and the verdict flips split by
+cause (the rung at its cap, or answering differently; Clopper–Pearson). Its own scale, never ranked
+against the exams'; the "loses first" cell says where the thinking shows a loss (a loss verdict and
+an interval wholly on the loss side), since a rung that stops closing its thinking loses its answers
+to its cap before any exam's score says why. A family whose replies carry no thinking has no such
+list, and says so where another family of the card has one.
 """
 
 from __future__ import annotations
@@ -172,6 +182,72 @@ def _list(es: list[Entry]) -> str:
     return "<ol>" + "".join(_item(e, es[i - 1] if i else None) for i, e in enumerate(es)) + "</ol>" if es else "—"
 
 
+# ------------------------------------------------------------------------------------------ the thinking
+
+THINK_LABELS = {"think_close_rate": "closure rate", "think_cap_rate": "cap-hit rate",
+                "think_tokens_ratio": "thinking length", "think_flip_cap_rate": "flips at its cap",
+                "think_flip_answer_rate": "flips, another answer"}
+
+
+def thinking_rows(fam: pd.DataFrame) -> pd.DataFrame:
+    """The family's thinking rows of the compared (non-reference) points, whole set."""
+    names = [m for m in qmetrics.in_group("thinking") if m in THINK_LABELS]
+    t = fam[fam["metric"].isin(names) & fam["subset"].isna()]
+    return t[~t["is_reference"].astype(bool)]
+
+
+def _think_loss(r: pd.Series) -> float | None:
+    """How far the thinking entry's interval lies on its loss side (None: not wholly there, or no
+    loss verdict): points for the rates, × − 1 for the length."""
+    if isnan(r["delta_ci_low"]) or isnan(r["delta_ci_high"]) or r["verdict"] not in LOSS_VERDICTS:
+        return None
+    hib = qmetrics.get(r["metric"]).higher_is_better
+    edge = -float(r["delta_ci_high"]) if hib else float(r["delta_ci_low"])
+    return edge if edge > 0 else None
+
+
+def _think_item(r: pd.Series) -> str:
+    m, label = r["metric"], THINK_LABELS[r["metric"]]
+    if isnan(r["value"]):
+        why = r["verdict_text"] if isinstance(r["verdict_text"], str) else "no figure"
+        return f'<li data-think="{esc(m)}"><b>{esc(label)}</b> <small class="note">{esc(why)}</small></li>'
+    if m == "think_tokens_ratio":
+        fig = (f"{float(r['value']):.3g}× the reference's <small>(95 % {float(r['delta_ci_low']) + 1:.3g}…"
+               f"{float(r['delta_ci_high']) + 1:.3g}×, n {int(r['n'])})</small>")
+    elif m in ("think_close_rate", "think_cap_rate"):
+        if isnan(r["delta"]):
+            fig = f"{float(r['value']):.1f} % <small>({esc(r['verdict_text'] or 'not compared')})</small>"
+        else:
+            fig = (f"{float(r['value']):.1f} %, Δ {_num(float(r['delta']), 'points')} points <small>(95 % "
+                   f"{_num(float(r['delta_ci_low']), 'points')}…{_num(float(r['delta_ci_high']), 'points')}, "
+                   f"n {int(r['n'])})</small>")
+    else:
+        fig = (f"{float(r['value']):.1f} % of {int(r['n'])} items <small>(95 % {float(r['delta_ci_low']):.1f}…"
+               f"{float(r['delta_ci_high']):.1f} %)</small>")
+    verdict = r["verdict"] if isinstance(r["verdict"], str) else None
+    text = r["verdict_text"] if isinstance(r["verdict_text"], str) else None
+    return (f'<li data-think="{esc(m)}"><b>{esc(label)}</b> {fig} '
+            + (verdict_badge(verdict, text) if verdict else (f'<small title="{esc(text)}">ⓘ</small>' if text else ""))
+            + "</li>")
+
+
+def thinking_cell(rows: pd.DataFrame) -> tuple[str, str]:
+    """(the thinking list of one point, its line for the "loses first" cell)."""
+    order = {m: i for i, m in enumerate(THINK_LABELS)}
+    rows = rows.sort_values("metric", key=lambda s: s.map(order))
+    items = "".join(_think_item(r) for _, r in rows.iterrows())
+    lost = [(THINK_LABELS[r["metric"]], _think_loss(r), r) for _, r in rows.iterrows() if _think_loss(r) is not None]
+    if lost:
+        words = ", ".join(f"{esc(label)} (at least {_num(x, 'points')} points"
+                          + (", within noise" if r["verdict"] == "loss within noise" else "") + ")"
+                          if r["metric"] != "think_tokens_ratio" else
+                          f"{esc(label)} (at least {1 + x:.3g}× the reference's)" for label, x, r in lost)
+        line = f"the thinking loses on these items: <b>{words}</b>"
+    else:
+        line = "the thinking shows no loss on these items (no interval wholly on its loss side with a loss verdict)"
+    return ("<ul class=\"thinking\">" + items + "</ul>" if items else "—"), line
+
+
 def losses_section(d: pd.DataFrame) -> str:
     """Per family, one row per compared rung: its exams ranked by loss in points, its corpora by mean KLD."""
     out = ['<p class="how">Per rung, against its family\'s reference on the same items (exams) or tokens '
@@ -181,6 +257,7 @@ def losses_section(d: pd.DataFrame) -> str:
            "entry whose interval overlaps the one above it, so their order is not determined. Small samples "
            "overlap almost everywhere: the order is then a hint, not a finding.</p>"]
     any_rows = False
+    thinks = {f for f in d["family"].dropna().unique() if not thinking_rows(d[d["family"] == f]).empty}
     for family in sorted(d["family"].dropna().unique()):
         fam = d[d["family"] == family]
         per_point = entries(fam)
@@ -188,6 +265,7 @@ def losses_section(d: pd.DataFrame) -> str:
             continue
         any_rows = True
         order = dv.point_table(fam)
+        think = thinking_rows(fam) if family in thinks else None
         body = []
         for _, p in order.iterrows():
             key = (p["rung"], p["kv"])
@@ -199,12 +277,24 @@ def losses_section(d: pd.DataFrame) -> str:
             for why in dict.fromkeys(w for w, _ in absent):  # one line per reason, in the order met
                 lines.append(f'<small class="note">not compared ({esc(why)}): '
                              + esc(", ".join(x for w, x in absent if w == why)) + "</small>")
+            cells = []
+            if think is not None:
+                t = think[(think["rung"] == p["rung"]) & (think["kv"] == p["kv"])]
+                cell, line = thinking_cell(t)
+                cells.append(cell)
+                if not t.empty:
+                    lines.insert(1, line)
             summary = "<br>".join(x for x in lines if x)
-            body.append([esc(p["rung"]), esc(p["kv"]), summary, _list(exams), _list(klds)])
+            body.append([esc(p["rung"]), esc(p["kv"]), summary, _list(exams), _list(klds), *cells])
         out.append(f'<h4>{esc(family)}</h4>')
-        out.append(table(["rung", "KV", "loses first", "exams, largest guaranteed loss first <small>(points)</small>",
-                          "KLD per corpus, largest first <small>(nats)</small>"], body,
-                         f"table-losses-{d['card'].iloc[0]}-{family}"))
+        if think is None and thinks:
+            out.append('<p class="note" data-thinking="absent">No thinking figures: its replies carry no thinking '
+                       "(its template cannot think, or thinks in markers not split here; docs/thinking.md).</p>")
+        heads = ["rung", "KV", "loses first", "exams, largest guaranteed loss first <small>(points)</small>",
+                 "KLD per corpus, largest first <small>(nats)</small>"]
+        if think is not None:
+            heads.append("the thinking <small>(against the reference on the same items)</small>")
+        out.append(table(heads, body, f"table-losses-{d['card'].iloc[0]}-{family}"))
     if not any_rows:
         return '<p class="note">No rung has a paired figure yet: nothing to rank.</p>'
     return "".join(out)
