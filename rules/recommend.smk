@@ -5,7 +5,7 @@
 #
 # Optional config section `recommend:` (kv_types: [f16, q8_0], min_tg_tokens_per_s: 20, parallel: 1,
 # weights: {bfcl: 1, ruler: 2}, tolerance: {pass_at_1: 1, kld_mean: 0.01}, cautious: false,
-# corpora: [wikitext-2]); unset keys mean any KV type, no speed floor, equal task weights, the
+# corpora: [wikitext-2], accept: "think_close>=-2pt, think_tokens<=1.25x"); unset keys mean any KV type, no speed floor, equal task weights, the
 # documented tolerances (docs/statistics.md), measured figures, every perplexity corpus.
 
 
@@ -41,5 +41,6 @@ rule recommend:
         ),
         cautious=json.dumps(config.get("recommend", {}).get("cautious", False)),
         corpora=json.dumps(config.get("recommend", {}).get("corpora")),
+        accept=json.dumps(config.get("recommend", {}).get("accept")),
     script:
         "../scripts/recommend.py"

@@ -20,6 +20,7 @@ def run(smk):
         weights=json.loads(smk.params.weights) or None, tolerance=json.loads(smk.params.tolerance) or None,
         cautious=json.loads(smk.params.cautious), corpora=json.loads(smk.params.corpora),
         parallel=json.loads(smk.params.parallel),
+        accept=json.loads(getattr(smk.params, "accept", "null")),
     )
     result["dataset"] = str(smk.input.points)
     print(rec.format_text(result), file=sys.stderr)  # the rule's log

@@ -60,6 +60,10 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="rank a figure not shown within the tolerance by its interval's lower bound")
     p.add_argument("--corpus", help="perplexity corpora whose KLD ranks rungs the task scores cannot separate, "
                                     "comma-separated (default: every one measured)")
+    p.add_argument("--accept", action="append", default=[], metavar="THINKING",
+                   help="thinking losses accepted, comma-separated (think_close>=-2pt, think_cap<=2pt, "
+                        "think_tokens<=1.25x; docs/thinking.md): a thinking family's point not shown within one is "
+                        "excluded")
     p.add_argument("--json", action="store_true", help="print the answer as JSON")
 
 
@@ -92,7 +96,8 @@ def parser() -> argparse.ArgumentParser:
     fd.add_argument("--ctx", help="context actually used, tokens (16384 or 16k) (required)")
     fd.add_argument("--accept", action="append", metavar="FIGURES",
                     help="losses accepted, comma-separated: BENCH[:METRIC]>=-2pt, kld:CORPUS<=NATS, "
-                         "ppl_ratio:CORPUS<=RATIO (repeatable; required)")
+                         "ppl_ratio:CORPUS<=RATIO, think_close>=-2pt, think_cap<=2pt, think_tokens<=1.25x "
+                         "(repeatable; required)")
     fd.add_argument("--reference", help="the task figures' reference rung (default Q8_0)")
     fd.add_argument("--min-tps", type=float, help="speed floor: generation tokens/s of one sequence at --ctx, as each "
                     "candidate's speed point measured it (every candidate gets one)")
@@ -206,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         df = dv.load(args.dataset)
         weights = rec.parse_weights(args.weight)
         rank = {"tolerance": rec.parse_tolerance(args.tolerance), "cautious": args.cautious,
-                "corpora": _split(args.corpus), "parallel": args.parallel}
+                "corpora": _split(args.corpus), "parallel": args.parallel, "accept": args.accept or None}
         if args.cmd == "recommend":
             result = rec.recommend(df, args.mem, args.ctx, kv=_split(args.kv), min_tg=args.min_tg,
                                    weights=weights, card=args.card, n_runners_up=args.runners_up, **rank)

@@ -72,6 +72,7 @@ from . import deltas
 from . import metrics as qmetrics
 from . import status as qstatus
 from . import targets as qtargets
+from . import thinking
 from . import timings
 from .errors import ConfigError, DataError, QuantladderError
 from . import dataset_view as dv
@@ -137,8 +138,12 @@ def parse_accept(text, cfg: dict, family: str, where: str = "find.accept") -> li
         m = _ACCEPT.match(p)
         if not m:
             raise ConfigError(f"{where}: cannot read {p!r}: write BENCHMARK[:METRIC]>=-LOSSpt (a task figure, in "
-                              "points), kld:CORPUS<=NATS or ppl_ratio:CORPUS<=RATIO")
+                              "points), kld:CORPUS<=NATS, ppl_ratio:CORPUS<=RATIO, think_close>=-LOSSpt, "
+                              "think_cap<=LOSSpt or think_tokens<=RATIOx")
         name, sub, op, value, unit = m.group(1), m.group(2), m.group(3), float(m.group(4)), m.group(5)
+        if name in thinking.ACCEPT:  # the thinking's figures: one per task benchmark named or on (issue 43)
+            out += _thinking_figures(p, name, sub, op, value, unit, cfg, family, where)
+            continue
         out.append(_token_figure(p, name, sub, op, value, cfg, where) if name in TOKEN_FIGURES
                    else _task_figure(p, name, sub, op, value, unit, cfg, family, where))
     keys = [f.key for f in out]
@@ -189,6 +194,19 @@ def _task_figure(p, bench, metric, op, value, unit, cfg, family, where) -> Figur
     if unit not in (None, "pt", "pts", "point", "points"):
         raise ConfigError(f"{where}: {p!r}: a task figure's loss is in points (pt), not {unit}")
     return Figure(p, bench, metric, None, -value, m.unit, True)
+
+
+def _thinking_figures(p, name, bench, op, value, unit, cfg, family, where) -> list[Figure]:
+    """``think_close>=-2pt``, ``think_cap<=2pt``, ``think_tokens<=1.25x`` (``name:BENCHMARK`` for one task
+    benchmark; without it, every task benchmark on for the family): the thinking's paired figures
+    (quantladder.thinking), read from the replies of the rung and the reference."""
+    metric, tol, hib = thinking.bound(p, name, op, value, unit, where)
+    on = [b for b in qtargets.tasks(cfg) if qconfig.task_runs_for(cfg, b, family)]
+    if bench is not None and bench not in on:
+        raise ConfigError(f"{where}: {p!r}: {bench!r} is no task benchmark that runs for {family} (on: {on})")
+    if not on:
+        raise ConfigError(f"{where}: {p!r}: no task benchmark runs for {family}: the thinking is read from its replies")
+    return [Figure(p, b, metric, None, tol, qmetrics.get(metric).unit, hib) for b in ([bench] if bench else on)]
 
 
 def _short_passes(cfg: dict) -> list[tuple[str, str]]:
@@ -404,6 +422,8 @@ def _figure_evidence(f: Figure, root: Path, files: list[str], ref_files: list[st
     doc, rows = _rows(path)
     if doc.get("status") in qstatus.BAD:
         return [_absent(f, f"{files[0]} is {doc.get('status')}: {doc.get('status_reason')}")]
+    if f.metric in qmetrics.in_group("thinking"):
+        return [_thinking_evidence(f, root, path, ref_files, level, alpha)]
     mine = [r for r in rows if r.get("metric") == f.metric and
             (r.get("subset") == f.corpus if f.corpus else r.get("subset") is None)]
     if not mine:
@@ -443,6 +463,25 @@ def _figure_evidence(f: Figure, root: Path, files: list[str], ref_files: list[st
                     "items_needed": need, "items_to_detect": dec.items_to_detect, "text": dec.text,
                     "file": str(files[0])})
     return out
+
+
+def _thinking_evidence(f: Figure, root: Path, path: Path, ref_files: list[str], level: float, alpha: float) -> dict:
+    """A thinking figure: from the replies of the rung and the reference (quantladder.thinking), at the
+    walk's level; absent, with the reason, for replies that carry no thinking."""
+    gens = path.with_name("generations.jsonl")
+    ref_gens = root / Path(ref_files[0]).with_name("generations.jsonl")
+    d = thinking.paired_figure(f.metric, read_jsonl(ref_gens) if ref_gens.exists() else None,
+                               read_jsonl(gens) if gens.exists() else None, level=level)
+    if isinstance(d, str):
+        return _absent(f, d)
+    dec = ni.decide(d["delta"], d["ci_low"], d["ci_high"], tolerance=f.tolerance, higher_is_better=f.higher_is_better,
+                    unit=f.unit, stderr=d["stderr"], n=d["n"], alpha=2 * alpha)
+    if dec is None:
+        return _absent(f, "no interval")
+    return {"figure": f.key, "accept": f.text, "n_ctx": None, "state": dec.state, "value": d["value"], "unit": f.unit,
+            "delta": dec.delta, "ci_low": dec.ci_low, "ci_high": dec.ci_high, "stderr": d["stderr"], "bound": dec.bound,
+            "tolerance": f.tolerance, "n": dec.n, "items_needed": dec.items_needed,
+            "items_to_detect": dec.items_to_detect, "text": dec.text, "file": str(path)}
 
 
 def sequential_evidence(f: Figure, es: dict, alpha: float, file: str) -> dict:

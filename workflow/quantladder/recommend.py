@@ -50,7 +50,7 @@ import pandas as pd
 import pulp
 
 from . import dataset_view as dv
-from . import metrics
+from . import metrics, thinking
 from .errors import QuantladderError
 from .rank import KLD, rank, why_chosen
 
@@ -296,13 +296,15 @@ def _score_spec(df: pd.DataFrame, weights: dict[str, float]) -> dict[str, str]:
 
 def candidates(df: pd.DataFrame, ctx: int, weights: dict[str, float] | None = None,
                card: str | None = None, *, tolerance: dict[str, float] | None = None, cautious: bool = False,
-               corpora: list[str] | None = None,
-               parallel: int = 1) -> tuple[list[Candidate], list[dict], dict[str, float], list[str]]:
+               corpora: list[str] | None = None, parallel: int = 1,
+               accept: list[str] | str | None = None) -> tuple[list[Candidate], list[dict], dict[str, float], list[str]]:
     """Every point with the figures needed, ranked (module docstring): (candidates, excluded with
     reasons, weights used, notes). ``tolerance``: per metric name, in its unit (default
     ``stats.noninferiority.DEFAULT_TOLERANCE``); ``cautious``: rank a figure not shown within it by its
     interval's lower bound; ``corpora``: the perplexity corpora whose KLD counts (None: every one);
-    ``parallel``: the sequences generated at a time whose speed counts (``dataset_view.speed_at``)."""
+    ``parallel``: the sequences generated at a time whose speed counts (``dataset_view.speed_at``);
+    ``accept``: the thinking losses accepted (``think_close>=-2pt``, ``think_tokens<=1.25x``: a point of a
+    thinking family not shown within one is excluded, with the decision; quantladder.thinking)."""
     cards = sorted(df["card"].dropna().unique())
     if card is None:
         if len(cards) > 1:
@@ -399,6 +401,12 @@ def candidates(df: pd.DataFrame, ctx: int, weights: dict[str, float] | None = No
             caveats=caveats + mnotes + ([spr["note"]] if spr.get("note") else []), is_reference=pt["ref"],
             file_bytes=pt["fb"], source=dv.source_of(pt["prov"]), provenance=pt["prov"], speed=spr,
             kld={"rows": [r for r in fig.get(KLD, []) if corpora is None or r["subset"] in corpora]}))
+    if accept:  # the thinking's accepted losses keep out the points not shown within them
+        keep_out, tnotes = thinking.accept_check(df, thinking.parse_accept(accept))
+        notes += tnotes
+        excluded += [{"name": c.name, "reason": keep_out[(c.family, c.rung, c.kv)]} for c in out
+                     if (c.family, c.rung, c.kv) in keep_out]
+        out = [c for c in out if (c.family, c.rung, c.kv) not in keep_out]
     notes += rank(out, tolerance, cautious)
     out.sort(key=lambda c: (-c.rank_score, c.memory_bytes, c.name))
     return out, excluded, weights, notes
@@ -444,7 +452,7 @@ def recommend(df: pd.DataFrame, mem: int | str, ctx: int | str, *, kv: list[str]
               min_tg: float | None = None, weights: dict[str, float] | list[str] | None = None,
               card: str | None = None, n_runners_up: int = 3, prepared: tuple | None = None,
               tolerance: dict[str, float] | None = None, cautious: bool = False,
-              corpora: list[str] | None = None, parallel: int = 1) -> dict:
+              corpora: list[str] | None = None, parallel: int = 1, accept: list[str] | str | None = None) -> dict:
     """The best (family, rung, KV) for ``mem`` bytes at ``ctx`` tokens, runners-up, binding constraints.
 
     Returns a JSON-able dict; ``feasible`` False (with ``message``) when nothing fits. Raises
@@ -462,7 +470,8 @@ def recommend(df: pd.DataFrame, mem: int | str, ctx: int | str, *, kv: list[str]
     weights = parse_weights(weights) if not isinstance(weights, dict) else weights
     kv_allowed = set(kv) if kv else None
     cands, excluded, used_w, notes = prepared if prepared is not None else candidates(
-        df, ctx, weights, card, tolerance=tolerance, cautious=cautious, corpora=corpora, parallel=parallel)
+        df, ctx, weights, card, tolerance=tolerance, cautious=cautious, corpora=corpora, parallel=parallel,
+        accept=accept)
     notes = list(notes)
     if kv_allowed:
         unknown = kv_allowed - {c.kv for c in cands} - {e["name"].split("/")[-1] for e in excluded}
@@ -470,7 +479,7 @@ def recommend(df: pd.DataFrame, mem: int | str, ctx: int | str, *, kv: list[str]
             notes.append(f"KV types {sorted(unknown)} are not in the dataset")
     req = {"memory_budget_bytes": budget, "context_tokens": ctx, "kv_types": sorted(kv_allowed) if kv_allowed else None,
            "min_tg_tokens_per_s": min_tg, "parallel": parallel, "weights": used_w, "tolerance": tolerance or {},
-           "cautious": cautious, "corpora": corpora}
+           "cautious": cautious, "corpora": corpora, "accept": accept}
     result = {"request": req, "card": cands[0].card if cands else card, "notes": notes, "excluded": excluded,
               "n_candidates": len(cands)}
     if not cands:
@@ -604,7 +613,7 @@ def pack(df: pd.DataFrame, cards: list[tuple[str, int]] | list[str] | str, ctx: 
          families: list[str] | None = None, kv: list[str] | None = None, min_tg: float | None = None,
          weights: dict[str, float] | list[str] | None = None, require_all: bool = False,
          card: str | None = None, tolerance: dict[str, float] | None = None, cautious: bool = False,
-         corpora: list[str] | None = None, parallel: int = 1) -> dict:
+         corpora: list[str] | None = None, parallel: int = 1, accept: list[str] | str | None = None) -> dict:
     """Place each family at most once (exactly once with ``require_all``) at one (rung, KV) on a card.
 
     Maximises the summed ranking score (``candidates``); each card's summed predicted memory stays within its size.
@@ -614,7 +623,7 @@ def pack(df: pd.DataFrame, cards: list[tuple[str, int]] | list[str] | str, ctx: 
     ctx = parse_ctx(ctx)
     weights = parse_weights(weights) if not isinstance(weights, dict) else weights
     cands, excluded, used_w, notes = candidates(df, ctx, weights, card, tolerance=tolerance, cautious=cautious,
-                                                corpora=corpora, parallel=_parallel(parallel))
+                                                corpora=corpora, parallel=_parallel(parallel), accept=accept)
     kv_allowed = set(kv) if kv else None
     fams = families or sorted({c.family for c in cands})
     unknown = [f for f in fams if f not in {c.family for c in cands}]
