@@ -34,6 +34,7 @@ from ..card import check_same_card
 from ..gguf_meta import padded_ctx
 from ..io import read_json, read_jsonl, sha256_file, write_json
 from ..metrics import TASK, Metric
+from ..reasoning import has_split
 from ..stats.tokens import token_mean
 from .perplexity.store import Layout, ReferenceReader
 
@@ -57,6 +58,13 @@ metrics.declare(
     Metric("degenerate_change", "%", "change in the share of replies that are repetition loops against the "
            "reference rung on the same items (rung − reference, percentage points), paired", (TASK,),
            higher_is_better=False, stderr="se", group="fidelity"),
+    # a thinking family's replies compared part by part (issue 43: traffic compares both parts)
+    Metric("answer_length_change", "tokens", "a thinking family: mean change in the answer's length (the reply past "
+           "its thinking) against the reference rung on the same items (rung − reference), paired", (TASK,),
+           higher_is_better=None, stderr="se", group="fidelity"),
+    Metric("thinking_length_change", "tokens", "a thinking family: mean change in the thinking's length against the "
+           "reference rung on the same items (rung − reference), paired", (TASK,), higher_is_better=None,
+           stderr="se", group="fidelity"),
 )
 
 
@@ -192,6 +200,11 @@ def reply_rows(reference: list[dict], rung: list[dict]) -> list[dict]:
                                               for a, b in common]),
               _paired("degenerate_change", [100.0 * (bool(b.get("degenerate")) - bool(a.get("degenerate")))
                                             for a, b in common])):
+        if r is not None:
+            rows.append(r)
+    split = [(a, b) for a, b in common if has_split(a) and has_split(b)]
+    for metric, field in (("answer_length_change", "answer_tokens"), ("thinking_length_change", "thinking_tokens")):
+        r = _paired(metric, [float(b.get(field) or 0) - float(a.get(field) or 0) for a, b in split])
         if r is not None:
             rows.append(r)
     return rows

@@ -8,6 +8,11 @@ fidelity rule (quantladder.fidelity): where the first differing token falls, the
 length and in repetition loops, and the teacher-forced KLD / same-top-token rate of the rung on the
 reference rung's own replies and on the logged assistant turns.
 
+A thinking family's replies are compared part by part (the aggregate's ``answer_identical_to_reference``
+and ``thinking_identical_to_reference``, the thinking's closure, cap hits and length: quantladder.thinking;
+the fidelity rule's answer and thinking length changes), and a logged assistant turn is teacher-forced
+as the server replays it (:func:`replayed_turn`).
+
 The one verdict a reply without a label has is whether it is *clean*: it ended on its own (an
 end-of-generation token, not the token budget) and is not a degenerate loop. Its share is the
 headline; a flip is a conversation whose reply became (or stopped being) clean.
@@ -94,15 +99,26 @@ class Traffic(Benchmark):
         tf = self._read(data_path(source["path"]))
         self.check_read(tf.path, {"prompts_sha256": tf.prompts_sha256, "logged_sha256": tf.logged_sha256})
         items = [Item(id=c.id, subset=c.subset, data={"prompt": [dict(m) for m in c.prompt]},
-                      answer={"logged": c.logged}) for c in tf.items]
+                      answer={"logged": c.logged, **({"logged_reasoning": c.logged_reasoning}
+                                                    if c.logged_reasoning else {})}) for c in tf.items]
         return items, {"prompts_sha256": tf.prompts_sha256,
                        "logged_replies": sum(c.logged is not None for c in tf.items)}
 
     def drive(self, item, engine, env):
-        gen = yield from self.ask(engine, prompt_text(item.data, engine.chat_prompt), self.settings["max_new_tokens"])
+        prompt = prompt_text(item.data, engine.chat_prompt)
+        gen = yield from self.ask(engine, prompt, self.settings["max_new_tokens"])
         rec = gen.record()
         logged = (item.answer or {}).get("logged")
-        if logged:  # the logged reply in this model's tokens: the fidelity rule teacher-forces it
+        setup = getattr(engine, "reasoning", None)
+        if logged and setup is not None and setup.splits:
+            # a thinking family: the logged turn as the server replays it (its thinking with it)
+            turn = replayed_turn(engine.chat_prompt, item.data["prompt"], prompt, logged,
+                                 (item.answer or {}).get("logged_reasoning"))
+            if isinstance(turn, str):
+                rec["logged_ids"] = engine.tokenize(turn, add_bos=False, special=True)
+            else:
+                rec["logged_left_out"] = turn["reason"]
+        elif logged:  # the logged reply in this model's tokens: the fidelity rule teacher-forces it
             rec["logged_ids"] = engine.tokenize(logged, add_bos=False, special=False)
         return rec
 
@@ -134,6 +150,23 @@ class Traffic(Benchmark):
                 "reply_tokens", None, subset=subset, status="absent",
                 status_reason=f"none of the {len(vs)} conversations got a reply (each longer than its context)"))
         return rows
+
+
+def replayed_turn(chat_prompt, messages: list[dict], prompt: str, logged: str, reasoning: str | None) -> str | dict:
+    """The logged assistant turn of a thinking family as the reply it stands for: the conversation with
+    the turn (its ``reasoning_content`` with it) rendered by the family's template, as llama-server
+    replays an assistant turn, past the reply's prompt and up to the end of the turn's answer (the
+    end-of-turn marker is not the reply's text). Where that rendering does not extend the prompt (a
+    template that drops the thinking where the generation prompt opens it: QwQ, DeepSeek-R1), the
+    turn is not the reply's continuation and is not teacher-forced: {"reason": why}."""
+    turn = {"role": "assistant", "content": logged, **({"reasoning_content": reasoning} if reasoning else {})}
+    full = chat_prompt([dict(m) for m in messages] + [turn], add_generation_prompt=False)
+    end = full.rfind(logged)
+    if not full.startswith(prompt) or end < len(prompt):
+        return {"reason": "the template does not replay the logged turn after the reply's generation prompt "
+                          "(it renders the turn otherwise than the reply starts: its thinking dropped or moved), so "
+                          "the turn is not teacher-forced"}
+    return full[len(prompt):end + len(logged)]
 
 
 def _mean(metric: str, xs: list[float], subset) -> dict:

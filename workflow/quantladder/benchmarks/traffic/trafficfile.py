@@ -8,7 +8,10 @@ The chat-messages JSONL that serving logs and fine-tuning sets use, one conversa
 or a plain prompt (``{"prompt": "..."}``, or a JSON string), with its logged reply where the file has
 one as a prompt/completion pair (``"completion"``, or ``"response"``: the fine-tuning and evaluation
 sets' format, e.g. IFBench's sample outputs). Other fields (timestamps, model names) are ignored. The prompt is the conversation up to its last user turn; an assistant turn that ends the
-conversation is the *logged reply*, on which a rung is teacher-forced too. A conversation without an
+conversation is the *logged reply*, on which a rung is teacher-forced too. An assistant turn may carry
+the thinking a serving log kept apart (``reasoning_content``, llama-server's and the OpenAI-style
+APIs' field): an earlier turn's goes to the chat template with it, as the server replays it (the
+template keeps or drops it), and the logged reply's is kept for its replay (docs/thinking.md). A conversation without an
 ``id`` gets one from its content, so a duplicate conversation is caught as a duplicate id.
 
 Read with the task file's reader (quantladder.benchmarks.tasks.taskfile: JSONL / CSV / Parquet, local
@@ -41,6 +44,7 @@ class Conversation:
     prompt: tuple  # chat messages up to the last user turn ({role, content})
     logged: str | None  # the assistant turn that ends the conversation, when the log has one
     subset: str | None = None
+    logged_reasoning: str | None = None  # that turn's reasoning_content, when the log kept it
 
     def prompt_half(self) -> dict:
         return {"id": self.id, "prompt": [dict(m) for m in self.prompt], "subset": self.subset}
@@ -68,7 +72,14 @@ def _messages(where: str, raw) -> list[dict]:
         if not (isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str)):
             raise DataError(f"{where}: field 'messages[{i}]': a chat message is {{role: {'|'.join(ROLES)}, "
                             f"content: text}}, got {m!r:.120}")
-    return [{"role": m["role"], "content": m["content"]} for m in raw]
+        r = m.get("reasoning_content")
+        if not missing(r) and (m["role"] != "assistant" or not isinstance(r, str)):
+            raise DataError(f"{where}: field 'messages[{i}].reasoning_content': an assistant turn's thinking, as "
+                            f"text, got {r!r:.80} on a {m['role']} turn")
+    # an assistant turn's thinking is kept only where the log has it: a file without it hashes as before
+    return [{"role": m["role"], "content": m["content"],
+             **({"reasoning_content": m["reasoning_content"]} if isinstance(m.get("reasoning_content"), str)
+                and m["reasoning_content"] else {})} for m in raw]
 
 
 def parse_line(where: str, rec) -> Conversation:
@@ -93,9 +104,10 @@ def parse_line(where: str, rec) -> Conversation:
     else:
         raise DataError(f"{where}: not a conversation: no 'messages' list and no 'prompt' text "
                         f"(fields: {sorted(rec)})")
-    logged = None
+    logged = logged_reasoning = None
     if msgs[-1]["role"] == "assistant":
-        logged = msgs.pop()["content"]
+        last = msgs.pop()
+        logged, logged_reasoning = last["content"], last.get("reasoning_content")
     if not msgs or msgs[-1]["role"] != "user":
         raise DataError(f"{where}: not a conversation: it must end with a user turn (optionally followed by "
                         "the assistant's logged reply)")
@@ -108,7 +120,8 @@ def parse_line(where: str, rec) -> Conversation:
         raise DataError(f"{where}: field 'id': a string or an integer, got {rid!r}")
     subset = rec.get("subset")
     return Conversation(id=str(rid), where=where, prompt=tuple(msgs), logged=logged or None,
-                        subset=str(subset) if subset not in (None, "") else None)
+                        subset=str(subset) if subset not in (None, "") else None,
+                        logged_reasoning=(logged_reasoning or None) if logged else None)
 
 
 def part_of(conv_id: str, calibration_share: float, seed: str) -> str:
@@ -134,7 +147,8 @@ def read(path: str | Path, fmt: str = "auto", *, part: str = "all", calibration_
     if limit:
         items = items[:limit]
     return TrafficFile(path=path, items=tuple(items), prompts_sha256=hash_obj([c.prompt_half() for c in items]),
-                       logged_sha256=hash_obj([[c.id, c.logged] for c in items]))
+                       logged_sha256=hash_obj([[c.id, c.logged, *([c.logged_reasoning] if c.logged_reasoning else [])]
+                                               for c in items]))
 
 
 def text_of(tf: TrafficFile) -> str:
