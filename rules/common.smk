@@ -194,9 +194,10 @@ def get_finished_key(wildcards):
 
 def get_source_spec(wildcards):
     fam = config["families"][wildcards.family]
-    return json.dumps(
-        {"source": fam["source"], "sha256": fam.get("sha256")}, sort_keys=True
-    )
+    spec = {"source": fam["source"], "sha256": fam.get("sha256")}
+    if fam.get("chat_template"):  # only where set: every other family's params stay as they were
+        spec["chat_template"] = fam["chat_template"]
+    return json.dumps(spec, sort_keys=True)
 
 
 def get_prebuilt_spec(wildcards):

@@ -13,6 +13,13 @@ from quantladder.scriptutil import main, mock_from_argv
 def run(smk):
     spec = json.loads(smk.params.source)
     record = models.acquire(spec["source"], smk.output.gguf, sha256=spec.get("sha256"))  # with its GGUF's info
+    if spec.get("chat_template"):  # families.<f>.chat_template: the source's copy with that template
+        w = smk.wildcards
+        text, rec = models.chat_template_text(spec["chat_template"], f"families.{w.family}.chat_template")
+        models.write_chat_template(smk.output.gguf, smk.output.gguf, text)
+        record = {**record, "chat_template": rec, "sha256_source": record["sha256"],
+                  "sha256": models.sha256_file(smk.output.gguf)}
+        record["info"] = {**models.read_info(smk.output.gguf).as_dict(), "path": str(smk.output.gguf)}
     if smk.rule == "acquire_prebuilt":
         w = smk.wildcards
         try:  # headers only: a fraction of a second

@@ -238,6 +238,73 @@ def _acquired(source, src, digest, sha256, info, dest) -> dict:
     }
 
 
+# -- a family's chat template, given in its config (families.<f>.chat_template; docs/thinking.md) ----
+
+def chat_template_text(spec: dict, where: str) -> tuple[str, dict]:
+    """The template a family's config names, and its record: ``{vendored: NAME}`` (llama.cpp's
+    ``models/templates/NAME.jinja`` in the sdist of the llama-cpp-python version installed, the same file
+    the renderer parity tests read) or ``{file: PATH}``."""
+    if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in ("vendored", "file"):
+        raise ConfigError(f"{where}: one of vendored: NAME (a template of llama.cpp's models/templates/) or file: PATH")
+    if "file" in spec:
+        p = Path(spec["file"]).expanduser()
+        if not p.is_file():
+            raise ConfigError(f"{where}.file: {p} does not exist")
+        text = p.read_text()
+    else:
+        import tarfile
+
+        from . import llama_tools
+
+        version = llama_tools.library_version()
+        sdist = llama_tools.fetch_sdist(version, llama_tools.cache_root() / "sdist")
+        member = f"llama_cpp_python-{version}/vendor/llama.cpp/models/templates/{spec['vendored']}.jinja"
+        with tarfile.open(sdist) as tar:
+            try:
+                text = tar.extractfile(member).read().decode()
+            except KeyError:
+                names = sorted(Path(m).name[:-len(".jinja")] for m in tar.getnames()
+                               if "/models/templates/" in m and m.endswith(".jinja"))
+                raise ConfigError(f"{where}.vendored: {spec['vendored']!r} is not one of llama.cpp's vendored "
+                                  f"templates in {sdist.name} ({', '.join(names)})") from None
+    import hashlib
+
+    return text, {**spec, "sha256": hashlib.sha256(text.encode()).hexdigest()}
+
+
+def write_chat_template(src: str | os.PathLike, dst: str | os.PathLike, template: str) -> None:
+    """A copy of ``src`` with ``tokenizer.chat_template`` set to ``template``: every other key and every
+    tensor's bytes as they are (the header rewritten, the tensors copied)."""
+    import gguf
+
+    types: dict = {}
+    fields, tensors = scan_header(Path(src), types=types, raw_strings=True)
+    data = np.memmap(src, dtype=np.uint8, mode="r")
+    with atomic_path(dst) as tmp:
+        w = gguf.GGUFWriter(str(tmp), fields["general.architecture"].decode())
+        for name, value in fields.items():
+            if name in ("general.architecture", "tokenizer.chat_template"):
+                continue
+            vtype, sub = types[name]
+            w.add_key_value(name, value.tolist() if isinstance(value, np.ndarray) else value,
+                            gguf.GGUFValueType(vtype), sub_type=None if sub is None else gguf.GGUFValueType(sub))
+        w.add_chat_template(template)
+        for t in tensors:
+            qtype = gguf.GGMLQuantizationType(t.type)
+            raw = np.asarray(data[t.data_offset:t.data_offset + t.n_bytes])
+            ne = [int(x) for x in t.shape]
+            if qtype in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
+                w.add_tensor(t.name, raw.view(np.float32 if qtype == gguf.GGMLQuantizationType.F32 else np.float16)
+                             .reshape(list(reversed(ne))))
+            else:
+                block, size = gguf.GGML_QUANT_SIZES[qtype]
+                w.add_tensor(t.name, raw.reshape(list(reversed(ne[1:])) + [ne[0] // block * size]), raw_dtype=qtype)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+
+
 def dequantize_to_f16(src: str | os.PathLike, dst: str | os.PathLike) -> dict:
     """Write an F16 GGUF with the same metadata and tensors as ``src``.
 

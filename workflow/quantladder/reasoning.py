@@ -614,8 +614,13 @@ def planning_template(fam: dict) -> tuple[bool, str | None]:
     the first of ``parts``), ``(False, None)`` where the file is not on this machine yet (the
     generate job checks it then). Only the header is read."""
     from .gguf_meta import scan_header
-    from .models import locate_package_file, source_kind
+    from .models import chat_template_text, locate_package_file, source_kind
 
+    if fam.get("chat_template"):  # written into the source's copy (models.write_chat_template): that one
+        try:
+            return True, chat_template_text(fam["chat_template"], "chat_template")[0]
+        except Exception:  # not readable here: the job checks
+            return False, None
     src = fam.get("source") or {}
     try:
         kind = source_kind(src)
