@@ -16,8 +16,7 @@ import pytest
 
 from quantladder import catalog  # noqa: F401  -- every figure declared
 from quantladder import find as qfind
-from quantladder import metrics, stats, thinking
-from quantladder import recommend as rec
+from quantladder import stats, thinking
 from quantladder.errors import ConfigError, DataError
 from quantladder.stats.share import share_interval
 from quantladder.benchmarks.traffic import replayed_turn, trafficfile
