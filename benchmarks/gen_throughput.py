@@ -13,9 +13,25 @@ and the default plan's generation wall time batched vs one sequence at a time.
   context ``P + T``, greedy, budget T. Its generation phase starts after the last prompt is decoded
   (the engine decodes each prompt alone, then one token of every sequence per ``llama_decode``);
   S_TG = tokens generated in that phase / its wall time, Python's sampling and bookkeeping included.
+  Every sequence runs its whole budget at any B: the engine's ``ignore_eog`` option never selects an
+  end-of-generation token (its logit taken as -inf, as llama-server's ``ignore_eos`` does), because
+  llama-batched-bench's sequences never stop either (it samples nothing). ``--selection`` picks
+  where the greedy token is chosen (EngineSettings.selection: host, backend, auto).
+- llama-server (``--server-npl``: the B it runs at), built from the same vendored source
+  (quantladder.llama_tools.extra_tool, on demand, cached), ``-np B`` with the same GGUF, threads,
+  ``-c B × per-sequence context`` with split KV streams (``--no-kv-unified``), batch, micro-batch,
+  flash-attention and GPU-layer settings, its prompt cache off; driven over loopback with B
+  concurrent ``/completion`` requests of the same random prompts (token ids), greedy
+  (temperature 0), ``n_predict T``, ``ignore_eos``. S_TG = tokens predicted / the longest request's
+  ``predicted_ms`` (the server's own timings: all B decode together after their prompts); beside it
+  the end-to-end figure of both sides, B·T / the wall time from the first request to the last reply
+  (the server decodes the B prompts in one batch, the engine one at a time).
 
-Both sides run in interleaved rounds (the side that goes first alternates) and every round is a
-sample: tokens/s mean ± sd over rounds, ratio of the means ± its standard error.
+``--both-selections``: the engine once more with llama.cpp's backend sampler selecting (no logits
+row copied to the host; EngineSettings.selection), its S_TG beside the engine's with ``--selection``.
+
+All sides run in interleaved rounds (the order rotates each round) and every round is a sample:
+tokens/s mean ± sd over rounds, ratio of the means ± its standard error.
 
 ``modes``: ``tg`` in the default mode and in the batch-invariant one (``--batch-invariant``: the
 project's llama.cpp patch asked for through GGML_CPU_BATCH_INVARIANT_ROWS and weight repacking
@@ -30,6 +46,7 @@ decoded, and the share of byte-identical replies between the two sides (batching
 first half, verdict flips need scoring; the cache: all of them, it is exact).
 
     .venv/bin/python benchmarks/gen_throughput.py --rung Q4_K_M --npl 1 4 8 16 --rounds 5
+    .venv/bin/python benchmarks/gen_throughput.py --rung Q4_K_M --npl 8 32 64 --server-npl 8 32 --rounds 2
     .venv/bin/python benchmarks/gen_throughput.py modes --rung Q4_K_M --npl 1 8 16 --rounds 3
     .venv/bin/python benchmarks/gen_throughput.py plan --rung Q4_K_M
     .venv/bin/python benchmarks/gen_throughput.py plan --vs cache --benchmarks ruler --config my.yaml
@@ -40,10 +57,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -58,49 +79,30 @@ def load_note() -> str:
 
 # -- llama-batched-bench --------------------------------------------------------------------------
 
-def batched_bench_exe(tools_dir: str | None) -> str:
-    """llama-batched-bench, built like the workflow's other llama.cpp tools (quantladder.llama_tools:
-    the same sdist, vendored source, backend and CMake flags), cached beside them once."""
+def extra_exe(name: str, tools_dir: str | None) -> str:
+    """llama-batched-bench or llama-server: from --tools-dir, else built like the workflow's other
+    llama.cpp tools (quantladder.llama_tools.extra_tool: the same sdist, vendored source, patches,
+    backend and CMake flags), on demand and cached beside them once."""
     if tools_dir:
-        p = Path(tools_dir) / "llama-batched-bench"
+        p = Path(tools_dir) / name
         if not p.exists():
             raise SystemExit(f"{p} not found (--tools-dir)")
         return str(p)
-    import shutil
-    import tarfile
-
     from quantladder import llama_tools as lt
-    from quantladder.io import sha256_file
 
-    version, backend = lt.library_version(), lt.library_backend()
-    args = lt.cmake_args(backend)
-    root = lt.cache_root()
-    out = root / f"{lt.build_key(version, backend, args)}-batched-bench"
-    exe = out / "bin" / "llama-batched-bench"
-    if exe.is_file():
-        return str(exe)
-    sdist = lt.fetch_sdist(version, root / "sdist")
-    work = Path(tempfile.mkdtemp(prefix=".batched-bench.", dir=root))
+    t0 = time.perf_counter()
     try:
-        with tarfile.open(sdist) as tar:
-            tar.extractall(work, members=[m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name],
-                           filter="data")
-        src = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
-        lt.apply_patches(src)  # the project's patches, as the library and the tools carry them
-        for cmd in (["cmake", "-S", str(src), "-B", str(work / "build"), *args],
-                    ["cmake", "--build", str(work / "build"), "-j", str(os.cpu_count() or 1),
-                     "--target", "llama-batched-bench"]):
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode != 0:
-                raise SystemExit(f"building llama-batched-bench failed ({' '.join(cmd)}):\n{r.stderr[-2000:]}")
-        (out / "bin").mkdir(parents=True, exist_ok=True)
-        shutil.copy2(work / "build" / "bin" / "llama-batched-bench", exe)
-        (out / "build.json").write_text(json.dumps({
-            "llama_cpp_python": version, "backend": backend, "cmake_args": args,
-            "sdist_sha256": sha256_file(sdist), "llama-batched-bench": sha256_file(exe)}, indent=1))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        exe = lt.extra_tool(name)
+    except lt.ToolsError as e:
+        raise SystemExit(str(e))
+    if time.perf_counter() - t0 > 5:
+        rec = json.loads((exe.parent.parent / "build.json").read_text())
+        print(f"# built {name} in {rec.get('build_seconds')} s ({rec.get('jobs')} jobs)", flush=True)
     return str(exe)
+
+
+def batched_bench_exe(tools_dir: str | None) -> str:
+    return extra_exe("llama-batched-bench", tools_dir)
 
 
 def batched_bench(exe, model, *, pp, tg, pl, n_ctx_seq, threads, fa, n_batch, n_ubatch, gpu_layers,
@@ -122,48 +124,167 @@ def batched_bench(exe, model, *, pp, tg, pl, n_ctx_seq, threads, fa, n_batch, n_
 
 # -- quantladder ----------------------------------------------------------------------------------
 
-def prompts_for(eng, pl: int, pp: int, seed: int) -> list[tuple[int, ...]]:
-    """Random prompts, like llama-batched-bench's (rand() % n_vocab), end-of-generation ids left out."""
+def vocab_facts(model) -> tuple[int, frozenset[int]]:
+    """The GGUF's vocabulary size and end-of-generation ids (llama.cpp, vocabulary only)."""
+    import llama_cpp as lc
+    from llama_cpp import _logger
+
+    from quantladder.llama_handle import _quiet_stderr
+
+    _logger.set_verbose(False)  # llama-cpp-python's log callback prints every level until told
+    mp = lc.llama_model_default_params()
+    mp.vocab_only = True
+    with _quiet_stderr(True):
+        m = lc.llama_model_load_from_file(str(model).encode(), mp)
+    if not m:
+        raise SystemExit(f"{model}: llama.cpp could not read its vocabulary")
+    try:
+        v = lc.llama_model_get_vocab(m)
+        n = lc.llama_vocab_n_tokens(v)
+        return n, frozenset(t for t in range(n) if lc.llama_vocab_is_eog(v, t))
+    finally:
+        lc.llama_model_free(m)
+
+
+def prompts_for(facts: tuple[int, frozenset[int]], pl: int, pp: int, seed: int) -> list[tuple[int, ...]]:
+    """Random prompts, like llama-batched-bench's (rand() % n_vocab), end-of-generation ids left out;
+    the same for the engine and llama-server in a round."""
+    n_vocab, eog = facts
     rng = np.random.default_rng(seed)
-    lc = eng.lc
     out = []
     while len(out) < pl:
-        t = rng.integers(0, eng.n_vocab, size=pp)
-        if not any(lc.llama_vocab_is_eog(eng.vocab, int(x)) for x in t):
+        t = rng.integers(0, n_vocab, size=pp)
+        if not eog.intersection(int(x) for x in t):
             out.append(tuple(int(x) for x in t))
     return out
 
 
-def ours(model, *, pp, tg, pl, threads, fa, n_batch, gpu_layers, seed, repack=True, batch_invariant=False) -> dict:
+def ours(model, *, pp, tg, pl, threads, fa, n_batch, gpu_layers, seed, repack=True, batch_invariant=False,
+         selection="auto", prompts=None) -> dict:
     from quantladder.engine import Engine, EngineSettings, Request
 
     s = EngineSettings(n_ctx=pp + tg, n_parallel=pl, n_threads=threads, flash_attn=fa == "on",
-                       n_batch=n_batch, n_gpu_layers=gpu_layers, extra_bufts=repack, batch_invariant=batch_invariant)
+                       n_batch=n_batch, n_gpu_layers=gpu_layers, extra_bufts=repack, batch_invariant=batch_invariant,
+                       selection=selection, ignore_eog=True)  # every sequence runs T tokens, as llama-batched-bench's
     with Engine(str(model), s) as eng:
         def one(p):
             return (yield Request(p, tg))
 
-        warm = prompts_for(eng, 1, 16, seed + 1)
+        facts = (eng.n_vocab, frozenset(int(t) for t in (eng._eog_ids if eng._eog_ids is not None else ())))
+        warm = prompts_for(facts, 1, 16, seed + 1)
         eng.run([one(warm[0][:16])], lambda i, g: None)  # warm-up, like llama-batched-bench's
-        # a draw whose greedy replies run the whole budget (a sequence that ends early would leave
-        # the batch smaller than B for the rest of the phase)
-        for attempt in range(8):
-            marks: list[tuple[float, int, int]] = []
-            gens = {}
-            t0 = time.perf_counter()
-            eng.run([one(p) for p in prompts_for(eng, pl, pp, seed + 97 * attempt)], gens.__setitem__,
-                    lambda n_prompt, n_gen: marks.append((time.perf_counter(), n_prompt, n_gen)))
-            if all(g.n_gen_tokens == tg for g in gens.values()):
-                break
-        else:
-            raise SystemExit(f"no draw of {pl} random prompts ran {tg} tokens without an end-of-generation token")
+        marks: list[tuple[float, int, int]] = []
+        gens = {}
+        t0 = time.perf_counter()
+        eng.run([one(p) for p in (prompts or prompts_for(facts, pl, pp, seed))], gens.__setitem__,
+                lambda n_prompt, n_gen: marks.append((time.perf_counter(), n_prompt, n_gen)))
+        t_end = time.perf_counter()
+        short = [g.n_gen_tokens for g in gens.values() if g.n_gen_tokens != tg]
+        if short:  # ignore_eog makes this impossible: say so rather than measure a smaller batch
+            raise SystemExit(f"{len(short)} of {pl} sequences generated fewer than {tg} tokens: {short[:8]}")
         last_pp = max(i for i, m in enumerate(marks) if m[1] > 0)
         t_pp_end = marks[last_pp][0]
         tg_marks = marks[last_pp + 1:]
         n_tg = sum(m[2] for m in tg_marks)
         t_tg = tg_marks[-1][0] - t_pp_end
         return {"s_tg": n_tg / t_tg, "s_pp": pl * pp / (t_pp_end - t0), "t_tg": t_tg, "n_tg": n_tg,
-                "gen_steps": eng.last_run["gen_steps"], "resolved": eng.resolved}
+                "s_e2e": pl * tg / (t_end - t0), "gen_steps": eng.last_run["gen_steps"], "resolved": eng.resolved}
+
+
+# -- llama-server ---------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _post(url: str, body: dict, timeout: float) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def server(exe, model, prompts, *, tg, pl, n_ctx_seq, threads, fa, n_batch, n_ubatch, gpu_layers,
+           repack=True, timeout=1800.0) -> dict:
+    """llama-server -np B on loopback, B concurrent greedy /completion requests of ``prompts``
+    (token ids), each to T tokens; S_TG from the server's own timings, the end-to-end figure from
+    the wall time of the whole set."""
+    port = _free_port()
+    cmd = [exe, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-np", str(pl),
+           "-c", str(pl * n_ctx_seq), "--no-kv-unified", "-b", str(n_batch), "-ub", str(n_ubatch), "-t", str(threads),
+           "-tb", str(threads), "-fa", fa, "-ngl", str(gpu_layers), "-cram", "0", "--no-webui", "-fit", "off",
+           "--threads-http", str(max(4, min(pl, 64)))] + ([] if repack else ["--no-repack"])
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+
+    def log_tail() -> str:
+        log.seek(0)
+        return log.read().decode(errors="replace")[-3000:]
+
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"llama-server exited with {proc.returncode} ({' '.join(cmd)}):\n{log_tail()}")
+            try:
+                with urllib.request.urlopen(base + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit(f"llama-server did not become ready in 300 s:\n{log_tail()}")
+            time.sleep(0.2)
+        body = {"n_predict": tg, "ignore_eos": True, "temperature": 0.0, "top_k": 1, "cache_prompt": False,
+                "stream": False}
+        _post(base + "/completion", {**body, "prompt": list(prompts[0][:16]), "n_predict": 4}, timeout)  # warm-up
+        out: list = [None] * pl
+        errors: list[str] = []
+
+        def one(i):
+            try:
+                out[i] = _post(base + "/completion", {**body, "prompt": list(prompts[i])}, timeout)
+            except Exception as e:  # noqa: BLE001 -- reported below with the server's log
+                errors.append(f"request {i}: {type(e).__name__}: {e}")
+
+        threads_ = [threading.Thread(target=one, args=(i,)) for i in range(pl)]
+        t0 = time.perf_counter()
+        for t in threads_:
+            t.start()
+        for t in threads_:
+            t.join()
+        wall = time.perf_counter() - t0
+        if errors:
+            raise SystemExit(f"llama-server: {len(errors)} of {pl} requests failed ({errors[0]}):\n{log_tail()}")
+        n = [int(r["timings"]["predicted_n"]) for r in out]
+        if any(x != tg for x in n):
+            raise SystemExit(f"llama-server generated {n} tokens, not {tg} each")
+        t_gen = max(float(r["timings"]["predicted_ms"]) for r in out) / 1000
+        return {"s_tg": sum(n) / t_gen, "s_e2e": sum(n) / wall, "t_tg": t_gen,
+                "s_pp": pl * len(prompts[0]) / (max(float(r["timings"]["prompt_ms"]) for r in out) / 1000)}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+SIDE_NAMES = {"lb": "llama-batched-bench", "ql": "quantladder", "qb": "quantladder (backend selection)",
+              "srv": "llama-server"}
+
+
+def _ratio(x: list[float], y: list[float]) -> tuple[float, float]:
+    """The ratio of the means of x and y, ± from the two standard errors (first-order propagation;
+    nan with one round)."""
+    (xm, xs, xn), (ym, ys, yn) = mean_sd(x), mean_sd(y)
+    ratio = xm / ym
+    se = ratio * np.sqrt((xs / xm) ** 2 / xn + (ys / ym) ** 2 / yn) if xn > 1 and yn > 1 else float("nan")
+    return ratio, se
 
 
 def run_tg(a) -> None:
@@ -176,50 +297,81 @@ def run_tg(a) -> None:
         os.environ[BATCH_INVARIANT_VAR] = str(BATCH_INVARIANT_ROWS)
         a.repack = False
     exe = batched_bench_exe(a.tools_dir)
+    srv_exe = extra_exe("llama-server", a.tools_dir) if a.server_npl else None
     files = {Path(m).stem: Path(m) for m in a.models} if a.models else {
         a.rung: embedded_ladder([a.rung], Path(a.workdir) / "models")[a.rung]}
     n_ctx_seq = padded_ctx(a.npp + a.ntg)
+    n_ubatch = min(a.n_batch, 512)
     print(f"# {load_note()} at the start", flush=True)
-    rows, raw = [], {}
+    rows, srows, raw = [], [], {}
     for name, path in files.items():
-        for pl in a.npl:
-            lb, ql, lpp, qpp = [], [], [], []
+        facts = vocab_facts(path)
+        for pl in sorted(set(a.npl) | set(a.server_npl or [])):
+            sides = (["lb", "ql"] if pl in a.npl else ["ql"]) + (["qb"] if a.both_selections else []) \
+                + (["srv"] if pl in (a.server_npl or []) else [])
+            got: dict[str, list[dict]] = {k: [] for k in sides}
             for rnd in range(a.rounds):
-                order = ("lb", "ql") if rnd % 2 == 0 else ("ql", "lb")
+                prompts = prompts_for(facts, pl, a.npp, a.seed + rnd)
+                order = sides[rnd % len(sides):] + sides[:rnd % len(sides)]  # who goes first rotates
                 for side in order:
                     if side == "lb":
                         r = batched_bench(exe, path, pp=a.npp, tg=a.ntg, pl=pl, n_ctx_seq=n_ctx_seq,
                                           threads=a.threads, fa=a.flash_attn, n_batch=a.n_batch,
-                                          n_ubatch=min(a.n_batch, 512), gpu_layers=a.gpu_layers,
-                                          repack=a.repack)
-                        lb.append(r["s_tg"])
-                        lpp.append(r["s_pp"])
+                                          n_ubatch=n_ubatch, gpu_layers=a.gpu_layers, repack=a.repack)
+                    elif side == "srv":
+                        r = server(srv_exe, path, prompts, tg=a.ntg, pl=pl, n_ctx_seq=n_ctx_seq, threads=a.threads,
+                                   fa=a.flash_attn, n_batch=a.n_batch, n_ubatch=n_ubatch, gpu_layers=a.gpu_layers,
+                                   repack=a.repack)
                     else:
                         r = ours(path, pp=a.npp, tg=a.ntg, pl=pl, threads=a.threads, fa=a.flash_attn,
                                  n_batch=a.n_batch, gpu_layers=a.gpu_layers, seed=a.seed + rnd, repack=a.repack,
-                                 batch_invariant=a.batch_invariant)
-                        ql.append(r["s_tg"])
-                        qpp.append(r["s_pp"])
-                print(f"  {name} B={pl} round {rnd + 1}: quantladder {ql[-1]:.1f}, llama-batched-bench "
-                      f"{lb[-1]:.1f} tokens/s", flush=True)
-            qm, qs, qn = mean_sd(ql)
-            lm, ls, ln = mean_sd(lb)
-            ratio = qm / lm
-            # ratio of the means, ± from the two standard errors (first-order propagation)
-            se = ratio * np.sqrt((qs / qm) ** 2 / qn + (ls / lm) ** 2 / ln) if qn > 1 and ln > 1 else float("nan")
-            rows.append([name, pl, f"{qm:.1f} ± {qs:.1f}", f"{lm:.1f} ± {ls:.1f}", f"{ratio:.3f} ± {se:.3f}",
-                         f"{mean_sd(qpp)[0]:.0f}", f"{mean_sd(lpp)[0]:.0f}"])
-            raw[f"{name}/B{pl}"] = {"quantladder_s_tg": ql, "llama_batched_bench_s_tg": lb,
-                                    "quantladder_s_pp": qpp, "llama_batched_bench_s_pp": lpp}
+                                 batch_invariant=a.batch_invariant, prompts=prompts,
+                                 selection="backend" if side == "qb" else a.selection)
+                    got[side].append({k: v for k, v in r.items() if k != "resolved"})
+                print(f"  {name} B={pl} round {rnd + 1}: " + ", ".join(
+                    f"{SIDE_NAMES[k]} {got[k][-1]['s_tg']:.1f}" for k in sides) + " tokens/s (S_TG)", flush=True)
+            s_tg = {k: [r["s_tg"] for r in v] for k, v in got.items()}
+            raw[f"{name}/B{pl}"] = got
+            for ref in ("lb", "qb"):
+                if ref not in sides:
+                    continue
+                q, l = s_tg["ql"] if ref == "lb" else s_tg["qb"], s_tg["lb"] if ref == "lb" else s_tg["ql"]
+                ratio, se = _ratio(q, l) if ref == "lb" else _ratio(l, q)
+                if ref == "lb":
+                    rows.append([name, pl, "{:.1f} ± {:.1f}".format(*mean_sd(q)[:2]),
+                                 "{:.1f} ± {:.1f}".format(*mean_sd(l)[:2]), f"{ratio:.3f} ± {se:.3f}",
+                                 f"{mean_sd([r['s_pp'] for r in got['ql']])[0]:.0f}",
+                                 f"{mean_sd([r['s_pp'] for r in got['lb']])[0]:.0f}"])
+                else:
+                    rows.append([name, pl, "host {:.1f} ± {:.1f}".format(*mean_sd(s_tg["ql"])[:2]),
+                                 "backend {:.1f} ± {:.1f}".format(*mean_sd(s_tg["qb"])[:2]),
+                                 f"host/backend {ratio:.3f} ± {se:.3f}", "", ""])
+            if "srv" in sides:
+                e2e = {k: [r["s_e2e"] for r in got[k]] for k in ("ql", "srv")}
+                r1, e1 = _ratio(s_tg["ql"], s_tg["srv"])
+                r2, e2 = _ratio(e2e["ql"], e2e["srv"])
+                srows.append([name, pl, "{:.1f} ± {:.1f}".format(*mean_sd(s_tg["ql"])[:2]),
+                              "{:.1f} ± {:.1f}".format(*mean_sd(s_tg["srv"])[:2]), f"{r1:.3f} ± {e1:.3f}",
+                              "{:.1f} ± {:.1f}".format(*mean_sd(e2e["ql"])[:2]),
+                              "{:.1f} ± {:.1f}".format(*mean_sd(e2e["srv"])[:2]), f"{r2:.3f} ± {e2:.3f}"])
     print(f"\n# {load_note()} at the end")
-    print(f"# npp {a.npp}, ntg {a.ntg}, per-sequence context {n_ctx_seq} cells, threads {a.threads}, "
-          f"flash attention {a.flash_attn}, n_batch {a.n_batch}, gpu layers {a.gpu_layers}, weight repacking "
-          f"{'on' if a.repack else 'off (both sides)'}, batch-invariant "
-          f"{'on (both sides: GGML_CPU_BATCH_INVARIANT_ROWS)' if a.batch_invariant else 'off'}, {a.rounds} interleaved "
-          "rounds (S_TG tokens/s: mean ± sd over rounds; ratio of the means ± its standard error; S_PP: mean, "
+    print(f"# npp {a.npp}, ntg {a.ntg} (every sequence runs all {a.ntg}: llama-batched-bench samples nothing, the "
+          f"engine and llama-server never select an end-of-generation token), per-sequence context {n_ctx_seq} "
+          f"cells, threads {a.threads}, flash attention {a.flash_attn}, n_batch {a.n_batch}, gpu layers "
+          f"{a.gpu_layers}, engine selection {a.selection}, weight repacking "
+          f"{'on' if a.repack else 'off (all sides)'}, batch-invariant "
+          f"{'on (all sides: GGML_CPU_BATCH_INVARIANT_ROWS)' if a.batch_invariant else 'off'}, {a.rounds} interleaved "
+          "rounds (tokens/s: mean ± sd over rounds; ratio of the means ± its standard error; S_PP: mean, "
           "prompts decoded one by one on our side, all together on llama-batched-bench's)")
-    print(fmt_table(["model", "B", "quantladder S_TG", "llama-batched-bench S_TG", "ratio", "ours S_PP",
-                     "llama S_PP"], rows))
+    if rows:
+        print(fmt_table(["model", "B", "quantladder S_TG", "llama-batched-bench S_TG", "ratio", "ours S_PP",
+                         "llama S_PP"], rows))
+    if srows:
+        print("\n# beside llama-server -np B (B concurrent requests on loopback): S_TG from the server's timings "
+              "(tokens / the longest predicted_ms); end to end: B·T / wall time from the first request to the last "
+              "reply (the engine: from its first prompt decode, model loaded)")
+        print(fmt_table(["model", "B", "quantladder S_TG", "llama-server S_TG", "ratio", "quantladder end to end",
+                         "llama-server end to end", "ratio"], srows))
     if a.json:
         Path(a.json).write_text(json.dumps(raw, indent=1))
 
@@ -251,10 +403,10 @@ def run_modes(a) -> None:
                 print(f"  round {rnd + 1} {mode}: done", flush=True)
     rows, raw = [], {}
     for key in got["default"][0]:
-        ours_d = [x for g in got["default"] for x in g[key]["quantladder_s_tg"]]
-        ours_i = [x for g in got["batch-invariant"] for x in g[key]["quantladder_s_tg"]]
-        lb_d = [x for g in got["default"] for x in g[key]["llama_batched_bench_s_tg"]]
-        lb_i = [x for g in got["batch-invariant"] for x in g[key]["llama_batched_bench_s_tg"]]
+        ours_d = [r["s_tg"] for g in got["default"] for r in g[key]["ql"]]
+        ours_i = [r["s_tg"] for g in got["batch-invariant"] for r in g[key]["ql"]]
+        lb_d = [r["s_tg"] for g in got["default"] for r in g[key]["lb"]]
+        lb_i = [r["s_tg"] for g in got["batch-invariant"] for r in g[key]["lb"]]
         (dm, ds, dn), (im, is_, in_) = mean_sd(ours_d), mean_sd(ours_i)
         ratio = im / dm
         se = ratio * np.sqrt((is_ / im) ** 2 / in_ + (ds / dm) ** 2 / dn) if dn > 1 and in_ > 1 else float("nan")
@@ -367,9 +519,16 @@ def main():
                     help="tg: llama.cpp's CPU weight repacking off on both sides (the batch-invariant setting)")
     ap.add_argument("--batch-invariant", action="store_true",
                     help="tg: the batch-invariant mode on both sides (the project's patch, repacking off)")
-    ap.add_argument("--tools-dir")
+    ap.add_argument("--server-npl", nargs="*", type=int, default=[],
+                    help="tg: the B at which llama-server -np B runs beside the others (B concurrent requests)")
+    ap.add_argument("--selection", choices=["auto", "host", "backend"], default="auto",
+                    help="tg: where the engine picks the greedy token (EngineSettings.selection)")
+    ap.add_argument("--both-selections", action="store_true",
+                    help="tg: the engine with backend selection as one more side (its effect on S_TG)")
+    ap.add_argument("--tools-dir", help="a folder with llama-batched-bench (and llama-server), instead of building")
     ap.add_argument("--workdir", default=str(REPO / "build" / "parity"))
-    ap.add_argument("--json", help="write every round's figures here")
+    ap.add_argument("--json", help="write every round's figures here: {model/B<n>: {side: [round, ...]}}, sides "
+                                   "lb (llama-batched-bench), ql (quantladder), qb (backend selection), srv (llama-server)")
     ap.add_argument("--config", default=str(REPO / "config" / "config.yaml"), help="plan: the config whose plan runs")
     ap.add_argument("--benchmarks", nargs="*", help="plan: only these benchmarks")
     ap.add_argument("--limit", type=int, help="plan: the first N items of each benchmark")
