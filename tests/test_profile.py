@@ -53,7 +53,9 @@ def test_site_file_decides_partitions_account_and_gres(monkeypatch, tmp_path):
     res = prof["set-resources"]
     for rule in ("perplexity", "generate", "anchor_generate", "tool_anchor_gate"):
         assert f"{rule}:slurm_partition=gpu-h100" in res
-        assert f"{rule}:gpu=1" in res and f"{rule}:gpu_model=h100" in res
+        # the GPU count is the rule's own `gpu=` resource (quantladder.resources.HOSTS; the Slurm dry-run test
+        # in test_slurm.py reads it off the planned jobs): the profile adds the card's model, not a count
+        assert f"{rule}:gpu_model=h100" in res and not any(r.startswith(f"{rule}:gpu=") for r in res)
     for rule in ("score", "anchor_gate"):
         assert f"{rule}:slurm_partition=scoring" in res
         assert not any(r.startswith(f"{rule}:gpu") for r in res)
