@@ -195,7 +195,8 @@ def get_finished_key(wildcards):
 def get_source_spec(wildcards):
     fam = config["families"][wildcards.family]
     spec = {"source": fam["source"], "sha256": fam.get("sha256")}
-    if fam.get("chat_template"):  # only where set: every other family's params stay as they were
+    # only where set: every other family's params stay as they were
+    if fam.get("chat_template"):
         spec["chat_template"] = fam["chat_template"]
     return json.dumps(spec, sort_keys=True)
 
