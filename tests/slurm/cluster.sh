@@ -10,8 +10,8 @@
 # with partitions `gpu` (generation/measurement, fake GPUs), `sandbox` (scoring of model-written
 # code, CPU only) and `cpu` (light jobs). The fake GPUs are char devices made with mknod: Slurm
 # schedules them and sets CUDA_VISIBLE_DEVICES; nothing on them computes. No systemd: the daemons
-# run as plain processes, root, state under $QL_SLURM_DIR. Facts behind each setting:
-# /work/shared/notes/slurm-single-node.md.
+# run as plain processes, root, state under $QL_SLURM_DIR. Why each setting is there: docs/slurm.md
+# and the comments beside it below.
 set -euo pipefail
 
 DIR=${QL_SLURM_DIR:-/tmp/quantladder-slurm}
