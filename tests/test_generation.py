@@ -96,17 +96,24 @@ def test_single_stream_reply_does_not_depend_on_the_other_items(tmp_path, smollm
     assert len(store) == 4  # 2 + 2: nothing generated twice
 
 
-def test_a_budget_stops_between_waves_and_the_rerun_resumes(tmp_path, smollm_q8):
+def _loop_on_a_budget(model, store):
+    """A one-sequence loop whose 130 s budget runs out after two waves: each wave "takes" 40 s of the
+    budget's clock."""
     clock = [0.0]
     bud = Budget(deadline=130.0, source="test", clock=lambda: clock[0])
-    loop = _loop(smollm_q8, tmp_path / "s", n_parallel=1, budget=bud)
+    loop = _loop(model, store, n_parallel=1, budget=bud)
     real_run = loop._run_wave
 
-    def timed(*a, **kw):  # each wave "takes" 40 s of the budget's clock
+    def timed(*a, **kw):
         clock[0] += 40.0
         return real_run(*a, **kw)
 
     loop._run_wave = timed
+    return loop
+
+
+def test_a_budget_stops_between_waves_and_the_rerun_resumes(tmp_path, smollm_q8):
+    loop = _loop_on_a_budget(smollm_q8, tmp_path / "s")
     with pytest.raises(BudgetReached, match=r"2/4 items done, resumable"):
         loop.run()
     assert len(JsonlFile(tmp_path / "s" / generation.STORE_NAME).read()) == 2
@@ -123,16 +130,7 @@ def test_a_resumed_or_store_served_point_records_the_cost_of_every_item(tmp_path
     from quantladder import scoring
     from quantladder.gguf_meta import read_info
 
-    clock = [0.0]
-    bud = Budget(deadline=130.0, source="test", clock=lambda: clock[0])
-    loop = _loop(smollm_q8, tmp_path / "s", n_parallel=1, budget=bud)
-    real_run = loop._run_wave
-
-    def timed(*a, **kw):  # each wave "takes" 40 s of the budget's clock
-        clock[0] += 40.0
-        return real_run(*a, **kw)
-
-    loop._run_wave = timed
+    loop = _loop_on_a_budget(smollm_q8, tmp_path / "s")
     with pytest.raises(BudgetReached):
         loop.run()
     resumed = _loop(smollm_q8, tmp_path / "s", n_parallel=1, threads=1).run()  # another job, other threads

@@ -357,6 +357,20 @@ class Engine(LlamaHandle):
     def tokenize(self, text: str, add_bos: bool = True, special: bool = True) -> list[int]:
         return self._tokens(text, add_bos, special).tolist()
 
+    def _cached_piece(self, token: int) -> bytes:
+        """:meth:`_piece` of a generated token, remembered per engine (the decode loop asks per token)."""
+        piece = self._pieces.get(token)
+        if piece is None:
+            piece = self._pieces[token] = self._piece(token)
+        return piece
+
+    def _is_eog(self, token: int) -> bool:
+        """Whether ``token`` ends a generation (llama_vocab_is_eog), remembered per engine."""
+        eog = self._eog.get(token)
+        if eog is None:
+            eog = self._eog[token] = bool(self.lc.llama_vocab_is_eog(self.vocab, token))
+        return eog
+
     def _piece(self, token: int, special: bool = False) -> bytes:
         """A token's bytes (llama_token_to_piece; pieces may split a UTF-8 character)."""
         buf = self._piece_buf
@@ -657,10 +671,7 @@ class Engine(LlamaHandle):
         from .reasoning import utf8_is_complete
 
         def complete(token: int) -> bool:
-            piece = self._pieces.get(token)
-            if piece is None:
-                piece = self._pieces[token] = self._piece(token)
-            return utf8_is_complete(piece)
+            return utf8_is_complete(self._cached_piece(token))
 
         s.plan = plan
         s.machine = plan.machine(complete)
@@ -683,10 +694,7 @@ class Engine(LlamaHandle):
         from .reasoning import COUNTING, DONE, FORCING, IDLE, WAITING_UTF8
 
         s = slots[k]
-        eog = self._eog.get(token)
-        if eog is None:
-            eog = self._eog[token] = bool(self.lc.llama_vocab_is_eog(self.vocab, token))
-        if eog:
+        if self._is_eog(token):
             self._finish(k, slots, "stop", on_finish)
             return 0
         inside = (COUNTING, WAITING_UTF8, FORCING)
@@ -702,9 +710,7 @@ class Engine(LlamaHandle):
                 s.n_think += back
         else:
             s.n_answer += 1
-        piece = self._pieces.get(token)
-        if piece is None:
-            piece = self._pieces[token] = self._piece(token)
+        piece = self._cached_piece(token)
         start = len(s.buf)
         s.buf += piece
         answering = m.state not in inside and not (before in inside)
@@ -730,16 +736,11 @@ class Engine(LlamaHandle):
         s = slots[k]
         if s.machine is not None:
             return self._accept_thinking(k, slots, self._choose(s, token), on_finish)
-        eog = self._eog.get(token)
-        if eog is None:
-            eog = self._eog[token] = bool(self.lc.llama_vocab_is_eog(self.vocab, token))
-        if eog:
+        if self._is_eog(token):
             self._finish(k, slots, "stop", on_finish)
             return 0
         s.tokens.append(token)
-        piece = self._pieces.get(token)
-        if piece is None:
-            piece = self._pieces[token] = self._piece(token)
+        piece = self._cached_piece(token)
         start = len(s.buf)
         s.buf += piece
         if s.stops:

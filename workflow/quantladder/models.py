@@ -272,6 +272,19 @@ def chat_template_text(spec: dict, where: str) -> tuple[str, dict]:
     return text, {**spec, "sha256": hashlib.sha256(text.encode()).hexdigest()}
 
 
+def _copy_fields(w, fields: dict, types: dict, skip: tuple[str, ...] = ()) -> None:
+    """Every metadata key of a header read with ``scan_header(..., types=types, raw_strings=True)`` onto
+    the GGUFWriter ``w``, but ``general.architecture`` (the writer's own) and ``skip``, with its types."""
+    import gguf
+
+    for name, value in fields.items():
+        if name == "general.architecture" or name in skip:
+            continue
+        vtype, sub = types[name]
+        w.add_key_value(name, value.tolist() if isinstance(value, np.ndarray) else value,
+                        gguf.GGUFValueType(vtype), sub_type=None if sub is None else gguf.GGUFValueType(sub))
+
+
 def write_chat_template(src: str | os.PathLike, dst: str | os.PathLike, template: str) -> None:
     """A copy of ``src`` with ``tokenizer.chat_template`` set to ``template``: every other key and every
     tensor's bytes as they are (the header rewritten, the tensors copied)."""
@@ -282,12 +295,7 @@ def write_chat_template(src: str | os.PathLike, dst: str | os.PathLike, template
     data = np.memmap(src, dtype=np.uint8, mode="r")
     with atomic_path(dst) as tmp:
         w = gguf.GGUFWriter(str(tmp), fields["general.architecture"].decode())
-        for name, value in fields.items():
-            if name in ("general.architecture", "tokenizer.chat_template"):
-                continue
-            vtype, sub = types[name]
-            w.add_key_value(name, value.tolist() if isinstance(value, np.ndarray) else value,
-                            gguf.GGUFValueType(vtype), sub_type=None if sub is None else gguf.GGUFValueType(sub))
+        _copy_fields(w, fields, types, skip=("tokenizer.chat_template",))
         w.add_chat_template(template)
         for t in tensors:
             qtype = gguf.GGMLQuantizationType(t.type)
@@ -322,12 +330,7 @@ def dequantize_to_f16(src: str | os.PathLike, dst: str | os.PathLike) -> dict:
     counts = {"dequantized": 0, "kept": 0}
     with atomic_path(dst) as tmp:
         writer = gguf.GGUFWriter(str(tmp), arch)
-        for name, value in fields.items():
-            if name in ("general.architecture", "general.file_type"):
-                continue
-            vtype, sub = types[name]
-            writer.add_key_value(name, value.tolist() if isinstance(value, np.ndarray) else value,
-                                 gguf.GGUFValueType(vtype), sub_type=None if sub is None else gguf.GGUFValueType(sub))
+        _copy_fields(writer, fields, types, skip=("general.file_type",))
         writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
         for t in tensors:
             qtype = gguf.GGMLQuantizationType(t.type)
