@@ -9,11 +9,13 @@ import json
 
 import pytest
 from scipy.stats import norm
+from scipy.stats import t as t_dist
 
 from pipeline_util import small_config, snakemake, write_config
 from quantladder import card as qcard
 from quantladder import find as qfind
 from quantladder.io import read_json
+from quantladder.stats import tokens
 
 FAM = "smollm2-135m-instruct"
 LADDER = ("Q8_0", "Q4_K_M", "Q4_K_M-imat", "Q2_K", "IQ4_XS", "MXFP4", "Q2_K-attn8")  # config/config.yaml's
@@ -48,8 +50,16 @@ def test_walk_measures_only_visited_rungs(walked):
     assert ans["verdict"] == "acceptable" and ans["rung"] in visited and ans["below"] in visited
     assert ans["evidence"]["verdict"] == "acceptable" and ans["below_evidence"]["verdict"] != "acceptable"
     f, level = ans["evidence"]["figures"][0], ans["evidence"]["alpha"]
-    assert level == ans["levels"]["down"] and f["bound"] <= 0.2  # the bound, by hand: KLD + z(level)·SE
-    assert f["bound"] == pytest.approx(f["value"] + norm.ppf(1 - level) * f["stderr"])
+    assert level == ans["levels"]["down"] and f["bound"] <= 0.2
+    # the bound, by hand from the pass's row: the chunk-level t bound on G − 1 df, widened for the KLD's
+    # skew (the lognormal GCI of its chunk means) — never the per-token z bound
+    row = next(r for r in read_json(points / ans["rung"] / "f16" / "perplexity" / "metrics.json")["rows"]
+               if r["metric"] == "kld_mean" and r["subset"] == "manual-es")
+    rec = row["interval"]
+    t_bound = f["value"] + t_dist.ppf(1 - level, rec["n_chunks"] - 1) * f["stderr"]
+    gci = tokens.lognormal_gci(rec["log_mean"], rec["log_var"], rec["clusters_eff"], 1 - 2 * level)[1]
+    assert f["bound"] == pytest.approx(max(t_bound, gci), rel=1e-9)
+    assert f["bound"] > f["value"] + norm.ppf(1 - level) * f["stderr"] and rec["n_chunks"] == row["n_clusters"] == 4
     assert ans["memory"]["predicted_bytes"] == ans["memory"]["weights_bytes"] + ans["memory"]["kv_bytes"] < 8 << 30
     for p in ans["path"]:  # each visited rung is an ordinary point with its manifest
         assert (points / p["rung"] / "f16" / "perplexity" / "manual-es-n256" / "manifest.json").exists()

@@ -116,8 +116,7 @@ def collect(metrics_paths: list[str]) -> list[dict]:
 
 def _with(base: dict, r: dict) -> dict:
     row = dict(base)
-    row.update({k: r.get(k) for k in ("metric", "value", "unit", "stderr", "n", "subset", "n_ctx",
-                                      "higher_is_better")})
+    row.update({k: r.get(k) for k in dataset.ROW_FIELDS})
     row["status"], row["status_reason"] = base.get("status"), base.get("status_reason")
     return row
 

@@ -33,6 +33,12 @@ COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("unit", pa.string(), "unit of value and stderr (e.g. tokens/s, bytes, %, nats, 1)"),
     ("stderr", pa.float64(), "standard error (or sd over repetitions where metric says so), same unit"),
     ("n", pa.int64(), "sample count behind the figure (tokens, items, repetitions)"),
+    ("ci_low", pa.float64(), "lower end of the figure's own 95 % interval, where it is not value ± 1.96·stderr: "
+     "a per-token figure's, clustered by chunk (a divergence's widened for its skew, docs/statistics.md); "
+     "null: none of its own"),
+    ("ci_high", pa.float64(), "upper end of that interval"),
+    ("n_clusters", pa.int64(), "independent units behind `ci_low`…`ci_high` (the chunks of a per-token figure: "
+     "its tokens are not independent)"),
     ("higher_is_better", pa.bool_(), "direction of the metric"),
     ("status", pa.string(), "ok | unanchored | blocked | incomplete | failed | absent (not measurable here: see reason)"),
     ("status_reason", pa.string(), "why a status is not ok"),
@@ -78,6 +84,10 @@ COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("verdict_text", pa.string(), "the verdict in words, with n, the interval and the detectable loss"),
 ]
 SCHEMA = pa.schema([pa.field(n, t) for n, t, _ in COLUMNS])
+#: what a metrics.json row carries into the dataset's rows (quantladder.metrics.row); ``interval`` is no
+#: column: it lets the paired columns be computed at another level (deltas.token_delta)
+ROW_FIELDS = ("metric", "value", "unit", "stderr", "n", "ci_low", "ci_high", "n_clusters", "interval", "subset",
+              "n_ctx", "higher_is_better")
 
 # The `imatrix` of a prebuilt rung: made by a third party, with or without a matrix (not recorded).
 IMATRIX_UNKNOWN = "unknown (prebuilt file)"
@@ -212,7 +222,7 @@ def rows_from_point(metrics_path: str | Path, manifest_path: str | Path | None =
                             f"{REWRITE}")
         row = {c: None for c, _, _ in COLUMNS}
         row.update(base)
-        row.update({k: r.get(k) for k in ("metric", "value", "unit", "stderr", "n", "subset", "n_ctx", "higher_is_better")})
+        row.update({k: r.get(k) for k in ROW_FIELDS})
         if r.get("status") and status.rank(r["status"]) > status.rank(row["status"]):
             # a row can say more than its file (energy on a CPU: absent)
             row["status"], row["status_reason"] = r["status"], r.get("status_reason")

@@ -17,8 +17,9 @@ What is compared (the metric registry's ``paired``):
 - **tokens** (``ln_ppl_ratio``, ``kld_mean``, ``same_top_token``): the perplexity pass measures rung
   and reference on the same tokens, so the row's figure is the paired per-token difference already;
   ``delta`` is its distance from what the reference scores against itself (0 for a divergence or a
-  log-ratio, 100 % for an agreement share), with the row's per-token standard error, a normal interval
-  and a z test (``stats.figure_delta``).
+  log-ratio, 100 % for an agreement share), with the row's chunk-level interval (the chunks are the
+  independent units; a divergence's widened for its skew) and the t test over its chunks
+  (``stats.from_tokens``; docs/statistics.md, "Per-token figures").
 
 The correction for the ladder (Holm, family-wise error rate at α = 0.05), one family of comparisons
 per card and model family for each kind of question:
@@ -188,9 +189,16 @@ def _identity(m: Metric) -> float:
 
 
 def token_delta(row: dict, level: float = 1 - ALPHA) -> stats.FigureDelta | str:
+    """The row's paired delta at ``level``: from its chunk-level record where the pass wrote one (the
+    interval the tokens support), else from its standard error (a row from before the record)."""
     m = metrics.get(row["metric"])
     if _nan(row.get("stderr")):
-        return "the figure carries no standard error"
+        return ("the figure carries no standard error" + (
+            " (too few chunks: a chunk's tokens are not independent, so one chunk bounds nothing, and a share "
+            "needs 3: docs/statistics.md, \"Per-token figures\")" if m.paired == "tokens" else ""))
+    if row.get("interval"):
+        return stats.from_tokens(stats.TokenMean.from_dict(row["interval"]).at(level), shift=_identity(m),
+                                 unit=m.unit, higher_is_better=bool(m.higher_is_better))
     return stats.figure_delta(float(row["value"]) - _identity(m), float(row["stderr"]), int(row.get("n") or 0),
                               unit=m.unit, higher_is_better=bool(m.higher_is_better), level=level)
 

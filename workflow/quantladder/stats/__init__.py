@@ -16,7 +16,8 @@ Items (task benchmarks), per-item verdicts ``{"item_id", "correct", "subset", "s
 Tokens (perplexity, KLD), plain numpy arrays on identical tokens::
 
     t = stats.token_delta(nll_rung, nll_reference, chunks=rows_per_chunk)  # ln(PPL ratio), chunk-level CI
-    k = stats.token_mean(kld, chunks=rows_per_chunk)
+    k = stats.token_mean(kld, chunks=rows_per_chunk, positive=True)   # a divergence: widened for its skew
+    d = stats.from_tokens(k.at(0.975), unit="nats", higher_is_better=False)   # its paired delta at another level
 
 Power and sample size (shares, not points)::
 
@@ -48,9 +49,9 @@ from .power import (connor_items, connor_power, exact_power, exact_power_for_los
                     noninferiority_power, normal_detectable,
                     smallest_detectable_loss)
 from .sequential import SequentialDecision, SequentialPairedTest
-from .tokens import TokenMean, block_bootstrap, ppl_ratio, token_delta, token_mean
+from .tokens import TokenMean, block_bootstrap, ppl_ratio, token_delta, token_mean, token_share
 from .verdict import (GAIN, LOSS, NONE, FigureDelta, FigureVerdict, NoiseFloor, Verdict, figure_delta, figure_verdict,
-                      ladder, noise_floor, verdict)
+                      from_tokens, ladder, noise_floor, verdict)
 
 __all__ = [
     "noninferiority",
@@ -61,7 +62,7 @@ __all__ = [
     "noninferiority_power", "normal_detectable",
     "smallest_detectable_loss",
     "SequentialDecision", "SequentialPairedTest",
-    "TokenMean", "block_bootstrap", "ppl_ratio", "token_delta", "token_mean",
+    "TokenMean", "block_bootstrap", "ppl_ratio", "token_delta", "token_mean", "token_share",
     "GAIN", "LOSS", "NONE", "FigureDelta", "FigureVerdict", "NoiseFloor", "Verdict", "figure_delta", "figure_verdict",
-    "ladder", "noise_floor", "verdict",
+    "from_tokens", "ladder", "noise_floor", "verdict",
 ]

@@ -146,9 +146,12 @@ def smallest_detectable_loss(n: int, discordance: float, *, alpha: float = 0.05,
     return hi
 
 
-def normal_detectable(stderr: float, *, alpha: float = 0.05, power: float = 0.8) -> float:
+def normal_detectable(stderr: float, *, alpha: float = 0.05, power: float = 0.8, df: float | None = None) -> float:
     """The smallest difference detected with ``power`` by a two-sided z test whose standard error is
-    ``stderr`` (same unit): (z_{1−α/2} + z_{power}) × SE. Used for weighted and partial-credit figures."""
+    ``stderr`` (same unit): (z_{1−α/2} + z_{power}) × SE; with ``df``, a t test's (t quantiles on df: a
+    per-token figure's chunks). Used for weighted, partial-credit and per-token figures."""
+    if df is not None:
+        return float((sps.t.ppf(1 - alpha / 2, df) + sps.t.ppf(power, df)) * stderr)
     return float((sps.norm.ppf(1 - alpha / 2) + sps.norm.ppf(power)) * stderr)
 
 

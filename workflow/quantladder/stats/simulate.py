@@ -32,7 +32,7 @@ import numpy as np
 from scipy import stats as sps
 
 from .paired import Pairs, paired_delta
-from .tokens import token_mean
+from .tokens import token_mean, token_share
 
 DISCRETE_SLACK = 1.2  # allowance for a discrete statistic's saw-tooth around its nominal level
 
@@ -179,23 +179,81 @@ def run(shape: Shape | str, n: int, flip: float, margin: float, *, level: float 
     return Result(shape.name, n, flip, margin, level, runs, errors / runs, (1 - level) / 2, covered / runs, level)
 
 
-def token_coverage(n_chunks: int, chunk_tokens: int, *, rho: float = 0.6, runs: int = 1000, level: float = 0.95,
-                   seed: int = 0) -> tuple[float, float]:
-    """Coverage of a per-token mean KLD's interval (stats.tokens.token_mean, clustered by chunk) when the
-    tokens of a chunk are correlated (a chunk effect and an AR(1) walk with coefficient ``rho``):
-    (clustered interval's coverage, the per-token interval's coverage as if tokens were independent)."""
-    rng = np.random.default_rng([seed, n_chunks, chunk_tokens])
-    true = math.exp(0.5 * 1.0) * 0.02  # E of 0.02·exp(N(0, 1)) per token (lognormal, KLD's skew)
-    hit = naive_hit = 0
+#: chunk effects a corpus's KLD meets (multiplicative: a hard passage is hard for every token in it)
+CHUNK_EFFECTS = ("lognormal", "gamma")
+
+
+@dataclass(frozen=True)
+class TokenResult:
+    n_chunks: int
+    chunk_tokens: int
+    chunk_sd: float
+    effect: str
+    runs: int
+    low_miss: float  # share of runs whose interval lies above the true mean
+    high_miss: float  # share of runs whose interval lies below it: a KLD claim "within T" reads this end
+    naive_coverage: float  # llama-perplexity's per-token interval, as if tokens were independent
+    level: float
+
+    @property
+    def coverage(self) -> float:
+        return 1 - self.low_miss - self.high_miss
+
+    @property
+    def high_holds(self) -> bool:
+        """The upper end misses no more often than (1 − level)/2 plus three Monte Carlo errors."""
+        a = (1 - self.level) / 2
+        return self.high_miss <= a + 3 * math.sqrt(a * (1 - a) / self.runs)
+
+
+def token_coverage(n_chunks: int, chunk_tokens: int, *, chunk_sd: float = 0.5, effect: str = "lognormal",
+                   rho: float = 0.6, runs: int = 1000, level: float = 0.95, seed: int = 0) -> TokenResult:
+    """How often the per-token mean KLD's interval (stats.tokens.token_mean, positive=True, clustered by
+    chunk) misses the true mean at each end. KLD per token is 0.02·exp(walk)·chunk effect: the walk an
+    AR(1) with coefficient ``rho`` of variance 0.75 within each chunk, the chunk effect lognormal (log sd
+    ``chunk_sd``) or gamma with the same variance of its multiplier and mean 1."""
+    rng = np.random.default_rng([seed, n_chunks, chunk_tokens, int(1000 * chunk_sd), CHUNK_EFFECTS.index(effect)])
+    shape = (runs, n_chunks, chunk_tokens)
+    e = rng.normal(size=shape)
+    for t in range(1, chunk_tokens):
+        e[:, :, t] = rho * e[:, :, t - 1] + math.sqrt(1 - rho * rho) * e[:, :, t]
+    var_mult = math.exp(chunk_sd**2) - 1  # variance of the lognormal multiplier exp(N(0, sd²) − sd²/2)
+    if effect == "lognormal":
+        mult = np.exp(rng.normal(-chunk_sd**2 / 2, chunk_sd, size=(runs, n_chunks, 1)))
+    else:
+        k = 1 / var_mult
+        mult = rng.gamma(k, 1 / k, size=(runs, n_chunks, 1))
+    kld = 0.02 * np.exp(math.sqrt(0.75) * e) * mult
+    true = 0.02 * math.exp(0.75 / 2)  # both multipliers have mean 1
     z = sps.norm.ppf(0.5 + level / 2)
-    for _ in range(runs):
-        chunk_effect = rng.normal(0.0, 0.5, size=(n_chunks, 1))
-        e = rng.normal(size=(n_chunks, chunk_tokens))
-        for t in range(1, chunk_tokens):
-            e[:, t] = rho * e[:, t - 1] + math.sqrt(1 - rho * rho) * e[:, t]
-        g = math.sqrt(1 - 0.25) * e + chunk_effect  # unit variance: chunk 0.25 + walk 0.75
-        kld = 0.02 * np.exp(g).ravel()
-        m = token_mean(kld, chunks=chunk_tokens, level=level)
-        hit += m.ci_low <= true <= m.ci_high
-        naive_hit += abs(m.estimate - true) <= z * m.naive_stderr
-    return hit / runs, naive_hit / runs
+    low = high = naive = 0
+    for k in kld:
+        m = token_mean(k.ravel(), chunks=chunk_tokens, level=level, positive=True)
+        low += m.ci_low > true
+        high += m.ci_high < true
+        naive += abs(m.estimate - true) <= z * m.naive_stderr
+    return TokenResult(n_chunks, chunk_tokens, chunk_sd, effect, runs, low / runs, high / runs, naive / runs, level)
+
+
+def share_coverage(n_chunks: int, chunk_tokens: int, *, gap: float = 0.1, chunk_sd: float = 0.5, runs: int = 1000,
+                   level: float = 0.95, seed: int = 0) -> TokenResult:
+    """The same for a same-top-token share (stats.tokens.token_share): each token disagrees with the
+    reference with its chunk's rate, ``gap`` times a lognormal multiplier of mean 1 (log sd ``chunk_sd``).
+    ``high_miss`` is the share's interval lying above the true share (the end a claim "within T points"
+    reads), ``low_miss`` below it."""
+    rng = np.random.default_rng([seed, n_chunks, chunk_tokens, int(1000 * chunk_sd), int(1000 * gap)])
+    mult = np.exp(rng.normal(-chunk_sd**2 / 2, chunk_sd, size=(runs, n_chunks, 1)))
+    rate = gap * mult
+    if np.any(rate >= 1):
+        raise ValueError("share_coverage: a chunk's disagreement rate reaches 1; lower gap or chunk_sd")
+    agree = rng.random((runs, n_chunks, chunk_tokens)) >= rate
+    true = 100 * (1 - gap)
+    z = sps.norm.ppf(0.5 + level / 2)
+    low = high = naive = 0
+    for a in agree:
+        m = token_share(a.ravel(), chunks=chunk_tokens, level=level)
+        high += m.ci_low > true
+        low += m.ci_high < true
+        naive += abs(m.estimate - true) <= z * m.naive_stderr
+    return TokenResult(n_chunks, chunk_tokens, chunk_sd, f"share gap {gap:g}", runs, low / runs, high / runs,
+                       naive / runs, level)

@@ -175,10 +175,10 @@ class FigureDelta:
     """A paired difference given as a figure and its standard error (perplexity/KLD: the pass measures
     rung and reference on the same tokens, so its figure *is* the paired per-token difference).
 
-    The interval is the normal one, estimate ± z·SE, and the test the two-sided z test of 0: with
-    thousands of tokens the mean is normal whatever the per-token distribution. The SE is the one the
-    figure carries (llama-perplexity's ±, which treats tokens as independent: ``stats.tokens`` gives
-    the chunk-level one where the per-token arrays are at hand)."""
+    A figure measured by the pass carries its chunk-level interval (``from_tokens``: tokens of one chunk
+    are not independent, so the chunks are the units, ``clusters`` of them): a t interval on the chunk
+    means, widened for a divergence's skew, and the t test of 0 on G − 1 degrees of freedom. A figure
+    with only a standard error (``figure_delta``) gets the normal interval, estimate ± z·SE."""
 
     estimate: float  # rung − reference, in ``unit``
     stderr: float
@@ -191,6 +191,7 @@ class FigureDelta:
     higher_is_better: bool
     interval: str = "normal (estimate ± z·SE)"
     test: str = "two-sided z test"
+    clusters: int | None = None  # the independent chunks behind the interval (None: the tokens, n)
 
     @property
     def worse(self) -> bool:
@@ -213,6 +214,26 @@ def figure_delta(estimate: float, stderr: float | None, n: int, *, unit: str, hi
         lo, hi = estimate - z * se, estimate + z * se
         p = float(2 * sps.norm.sf(abs(estimate) / se))
     return FigureDelta(float(estimate), se, lo, hi, level, p, int(n), unit, bool(higher_is_better))
+
+
+def from_tokens(tm, *, shift: float = 0.0, unit: str, higher_is_better: bool) -> FigureDelta:
+    """The paired delta of a per-token figure from its chunk-level record (``stats.tokens.TokenMean``
+    at the level wanted): the figure − ``shift`` (what the reference scores against itself)."""
+    from scipy import stats as sps
+
+    est, se, g = tm.estimate - shift, tm.stderr, int(tm.n_chunks)
+    if not math.isfinite(se):
+        p = float("nan")
+    elif se == 0.0:
+        p = 1.0 if est == 0 else 0.0
+    else:
+        p = float(2 * sps.t.sf(abs(est) / se, g - 1))
+    how = ("t on chunk means ∪ lognormal GCI" if tm.method != "t" else "t on chunk means") + f" ({g - 1} df)"
+    if tm.mirror is not None:
+        how += f", on {tm.mirror:g} − the figure"
+    return FigureDelta(float(est), float(se), tm.ci_low - shift, tm.ci_high - shift, tm.level, p, int(tm.n_tokens),
+                       unit, bool(higher_is_better), interval=how, test=f"two-sided t test over {g} chunks",
+                       clusters=g)
 
 
 @dataclass(frozen=True)
@@ -251,24 +272,26 @@ def figure_verdict(delta: FigureDelta, *, p_adjusted: float | None = None, corre
     """Loss / gain / no loss detectable for a per-token figure, in the figure's unit."""
     p_adj = delta.p_value if p_adjusted is None else p_adjusted
     plan_alpha = multiplicity.planning_alpha(alpha, n_comparisons, correction)
-    mde = (power.normal_detectable(delta.stderr, alpha=plan_alpha, power=power_target)
-           if math.isfinite(delta.stderr) and delta.stderr > 0 else None)
+    mde = (power.normal_detectable(delta.stderr, alpha=plan_alpha, power=power_target, df=(
+        delta.clusters - 1 if delta.clusters else None)) if math.isfinite(delta.stderr) and delta.stderr > 0 else None)
     significant = math.isfinite(p_adj) and p_adj <= alpha and delta.estimate != 0
     kind = (LOSS if delta.worse else GAIN) if significant else NONE
     u = "" if delta.unit in ("1", "") else (" points" if delta.unit == "%" else f" {delta.unit}")
+    units = f" in {delta.clusters} chunks" if delta.clusters else ""
     lvl = f"{100 * delta.level:g} %"
     ci = f"{lvl} CI {_g(delta.ci_low)}…{_g(delta.ci_high)}" if math.isfinite(delta.ci_low) else "no interval"
     corr = "" if correction == "none" or n_comparisons <= 1 else f", {correction.upper() if correction == 'bh' else correction.capitalize()} over {n_comparisons}"
-    how = "per-token standard error, tokens taken as independent"
+    how = ("per-token standard error, tokens taken as independent" if not delta.clusters else
+           f"clustered by chunk: {delta.clusters} chunks, {delta.interval}")
     if kind == NONE:
         tail = ("no standard error: nothing is detectable" if mde is None else
                 f"smallest detectable change at {100 * power_target:g} % power: {mde:.3g}{u}")
-        text = (f"no loss detectable at n = {delta.n} tokens ({_g(delta.estimate)}{u}, {ci}, adjusted p "
+        text = (f"no loss detectable at n = {delta.n} tokens{units} ({_g(delta.estimate)}{u}, {ci}, adjusted p "
                 f"{_p(p_adj) if math.isfinite(p_adj) else 'not computable'}{corr}; {tail}; {how})")
     else:
         size = (f"{abs(delta.estimate):.2f} ± {delta.stderr:.2f}" if delta.unit == "%" else
                 f"{abs(delta.estimate):.3g} ± {delta.stderr:.2g}")
         text = (f"{kind} of {size}{u} ({ci}), significant (adjusted p "
-                f"{_p(p_adj)}{corr}; n = {delta.n} tokens; {how})")
+                f"{_p(p_adj)}{corr}; n = {delta.n} tokens{units}; {how})")
     return FigureVerdict(verdict=kind, delta=delta, p_adjusted=p_adj, correction=correction,
                          n_comparisons=n_comparisons, alpha=alpha, power=power_target, mde=mde, text=text)

@@ -231,6 +231,7 @@ def run_layout(ctx, used: np.ndarray, layout: Layout, *, n_batch: int, n_seq: in
         if ckpt is not None:
             ckpt.close(discard=ok)
     out["n_chunks"] = layout.n_seqs
+    out["chunk_rows"] = [layout.rows(c) for c in range(layout.n_seqs)]  # the independent units of every ±
     out["seconds"] = time.perf_counter() - t_start
     out["tokens_sha256"] = tokens_sha256
     out["tokens"] = used

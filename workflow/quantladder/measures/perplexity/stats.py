@@ -10,6 +10,7 @@ import numpy as np
 from ... import metrics
 from ...corpora import ngram_overlap
 from ...errors import DataError
+from ...stats.tokens import token_delta, token_mean, token_share
 
 PERCENTILES = [("max", 1.0), ("p99_9", 0.999), ("p99", 0.99), ("p95", 0.95), ("p90", 0.90),
                ("median", 0.5), ("p10", 0.10), ("p5", 0.05), ("p1", 0.01), ("p0_1", 0.001), ("min", 0.0)]
@@ -23,7 +24,10 @@ def _mean_err(x: np.ndarray) -> tuple[float, float]:
 
 
 def summarize(res: dict) -> dict:
-    """The figures llama-perplexity prints, with their uncertainties."""
+    """The figures llama-perplexity prints, with their uncertainties (its ± treats tokens as independent:
+    kept for parity), and under ``clustered`` the paired figures' chunk-level intervals, the ones the
+    dataset's rows and verdicts carry (stats.tokens; a pass from before ``chunk_rows`` was recorded has
+    none)."""
     nll = res["nll"]
     n = len(nll)
     mean_nll, err_nll = _mean_err(nll)
@@ -61,6 +65,14 @@ def summarize(res: dict) -> dict:
     for name, q in PERCENTILES:
         s[f"kld_{name}"] = float(np.quantile(kld, q))
         s[f"dp_{name}"] = float(np.quantile(dp, q))
+    if res.get("chunk_rows"):
+        labels = np.repeat(np.arange(len(res["chunk_rows"])), res["chunk_rows"])
+        ln = token_delta(nll, nb, labels).to_dict()
+        ratio = {**ln, "estimate": math.exp(ln["estimate"]), "stderr": math.exp(ln["estimate"]) * ln["stderr"],
+                 "ci_low": math.exp(ln["ci_low"]), "ci_high": math.exp(ln["ci_high"])}
+        s["clustered"] = {"ln_ppl_ratio": ln, "ppl_ratio": ratio,
+                          "kld_mean": token_mean(kld, labels, positive=True).to_dict(),
+                          "same_top_token": token_share(res["same_top"], labels).to_dict()}
     return s
 
 
@@ -72,19 +84,30 @@ def metric_rows(summary: dict, n_ctx: int, subset: str | None = None) -> list[di
     if "kld_mean" not in summary:
         return rows
     R = lambda *a, **k: rows.append(metrics.row(*a, n=n, n_ctx=n_ctx, subset=subset, **k))  # noqa: E731
+    clustered = summary.get("clustered") or {}
+
+    def paired(metric: str, value: float, naive_err: float) -> None:
+        """A paired figure: its ± and interval clustered by chunk (one chunk: none); llama-perplexity's
+        per-token ± only for a summary from before the chunks were recorded."""
+        c = clustered.get(metric)
+        if c is None:
+            R(metric, value, stderr=naive_err)
+            return
+        R(metric, value, stderr=c["stderr"] if math.isfinite(c["stderr"]) else None, interval=c)
+
     R("ppl_base", summary["ppl_base"], stderr=summary["ppl_base_err"])
-    R("ppl_ratio", summary["ppl_ratio"], stderr=summary["ppl_ratio_err"])
-    R("ln_ppl_ratio", summary["ln_ppl_ratio"], stderr=summary["ln_ppl_ratio_err"])
+    paired("ppl_ratio", summary["ppl_ratio"], summary["ppl_ratio_err"])
+    paired("ln_ppl_ratio", summary["ln_ppl_ratio"], summary["ln_ppl_ratio_err"])
     R("ppl_diff", summary["ppl_diff"], stderr=summary["ppl_diff_err"])
     R("cor_ln_ppl", summary["cor_ln_ppl"])
-    R("kld_mean", summary["kld_mean"], stderr=summary["kld_mean_err"])
+    paired("kld_mean", summary["kld_mean"], summary["kld_mean_err"])
     for name, _ in PERCENTILES:
         R(f"kld_{name}", summary[f"kld_{name}"])
     R("delta_p_mean", 100 * summary["dp_mean"], stderr=100 * summary["dp_mean_err"])
     R("delta_p_rms", 100 * summary["dp_rms"], stderr=100 * summary["dp_rms_err"])
     for name, _ in PERCENTILES:
         R(f"delta_p_{name}", 100 * summary[f"dp_{name}"])
-    R("same_top_token", 100 * summary["same_top"], stderr=100 * summary["same_top_err"])
+    paired("same_top_token", 100 * summary["same_top"], 100 * summary["same_top_err"])
     return rows
 
 
