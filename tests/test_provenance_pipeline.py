@@ -40,14 +40,17 @@ def run(tmp_path_factory, smollm_source):
         "Q4_1-chat": {"source": {"path": str(hub["template"])}, "accept": ["chat_template"]},
         "Q4_1-eos": {"source": {"path": str(hub["eos"])}},
     }
-    fam["task_rungs"] = ["Q4_1-chat"]
+    fam["task_rungs"] = ["Q4_1-chat", "Q4_1-merge"]
     cfg["benchmarks"]["arithmetic"].update(enabled=True, generated={"seed": 1, "kinds": ["plain"], "levels": [1],
                                                                     "per_level": 2})
+    cfg["fidelity"] = {"benchmarks": ["arithmetic"], "n_batch": 2048}
     label = card.label()
     pts = f"results/{label}/points/{FAMILY}"
     targets = {"merge": f"{pts}/Q4_1-merge/f16/perplexity/metrics.json",
                "chat_ppl": f"{pts}/Q4_1-chat/f16/perplexity/metrics.json",
                "chat_exam": f"{pts}/Q4_1-chat/f16/arithmetic/metrics.json",
+               "merge_fidelity": f"{pts}/Q4_1-merge/f16/fidelity-arithmetic/metrics.json",
+               "chat_fidelity": f"{pts}/Q4_1-chat/f16/fidelity-arithmetic/metrics.json",
                "eos": f"resources/models/{FAMILY}/prebuilt/Q4_1-eos.gguf.json"}
     r = snakemake(work, "--keep-going", *targets.values(), config=write_config(work, cfg), check=False)
     return work, label, targets, r
@@ -69,7 +72,7 @@ def test_an_unaccepted_difference_fails_the_acquire_job_naming_it(run):
     assert not (work / targets["eos"]).exists()
     assert not (work / f"results/{label}/points/{FAMILY}/Q4_1-eos").exists()
     # the other rungs went on (--keep-going) and are measured
-    for t in ("merge", "chat_ppl", "chat_exam"):
+    for t in ("merge", "chat_ppl", "chat_exam", "merge_fidelity", "chat_fidelity"):
         assert (work / targets[t]).exists(), r.stderr[-4000:]
 
 
@@ -90,6 +93,22 @@ def test_a_tokenizer_accepted_keeps_ppl_and_refuses_kld_with_the_reason(run):
     # the sidecar the acquire job wrote (the gate ran before the pass) is what the manifest carries
     sidecar = json.loads((work / f"resources/models/{FAMILY}/prebuilt/Q4_1-merge.gguf.json").read_text())
     assert sidecar["provenance"] == prov
+
+
+def test_a_tokenizer_accepted_refuses_the_teacher_forced_fidelity_rows(run):
+    """The merge file's replies are its own tokens and the reference's replies are fed to it as the
+    reference's token ids: every figure counted in tokens is absent with the reason; the template file
+    (the reference's tokens) keeps its teacher-forced KLD, with its interval clustered by reply."""
+    work, _, targets, _ = run
+    merge = {r["metric"]: r for r in _metrics(work, targets["merge_fidelity"])["rows"]}
+    for metric in ("teacher_kld", "teacher_same_top", "first_divergence_token", "reply_length_change"):
+        assert merge[metric]["value"] is None and merge[metric]["status"] == "absent"
+        assert "tokenizer.ggml.merges" in merge[metric]["status_reason"]
+    assert merge["degenerate_change"]["value"] is not None  # read from text: stands
+    chat = {(r["metric"], r["subset"]): r for r in _metrics(work, targets["chat_fidelity"])["rows"]}
+    kld = chat[("teacher_kld", "reference_replies")]
+    assert kld["value"] is not None and kld["value"] >= 0 and "status" not in kld
+    assert kld["n_clusters"] == 2 and kld["ci_low"] <= kld["value"] <= kld["ci_high"]  # the two replies
 
 
 def test_a_template_accepted_flags_every_row_of_the_rung(run):

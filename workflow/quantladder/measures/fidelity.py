@@ -35,7 +35,8 @@ from ..gguf_meta import padded_ctx
 from ..io import read_json, read_jsonl, sha256_file, write_json
 from ..metrics import TASK, Metric
 from ..reasoning import has_split
-from ..stats.tokens import token_mean
+from ..provenance import refusal
+from ..stats.tokens import token_mean, token_share
 from .perplexity.store import Layout, ReferenceReader
 
 log = logging.getLogger(__name__)
@@ -157,12 +158,13 @@ def teacher_rows(who: list[dict], out: dict) -> list[dict]:
             continue
         mask = np.isin(reply, seqs)
         n_tok = int(mask.sum())
-        k = token_mean(out["kld"][mask], reply[mask])
-        s = token_mean(out["same_top"][mask].astype(np.float64), reply[mask])
+        # clustered by reply, the divergence and the share as the corpus passes' (stats.tokens)
+        k = token_mean(out["kld"][mask], reply[mask], positive=True)
+        s = token_share(out["same_top"][mask], reply[mask])
         se = lambda t: None if not np.isfinite(t.stderr) else t.stderr  # noqa: E731 -- one reply: no ±
-        rows.append(metrics.row("teacher_kld", k.estimate, stderr=se(k), n=n_tok, subset=kind))
-        rows.append(metrics.row("teacher_same_top", 100 * s.estimate, stderr=None if se(s) is None else 100 * se(s),
-                                n=n_tok, subset=kind))
+        rows.append(metrics.row("teacher_kld", k.estimate, stderr=se(k), n=n_tok, subset=kind, interval=k.to_dict()))
+        rows.append(metrics.row("teacher_same_top", s.estimate, stderr=se(s), n=n_tok, subset=kind,
+                                interval=s.to_dict()))
     return rows
 
 
@@ -210,6 +212,12 @@ def reply_rows(reference: list[dict], rung: list[dict]) -> list[dict]:
     return rows
 
 
+#: the figures counted in the rung's own tokens or read through the reference's token ids: meaningless
+#: when the file turns the same text into other tokens (provenance.refusal)
+TOKEN_FIGURES = ("teacher_kld", "teacher_same_top", "first_divergence_token", "reply_length_change",
+                 "answer_length_change", "thinking_length_change")
+
+
 # -- the rule jobs -------------------------------------------------------------------------------
 def reference_job(cfg: dict, card: str, *, gguf: str, info: str, generations: str, threads: int, spec: str,
                   deadline: float | None, logits_out: str, info_out: str) -> None:
@@ -244,7 +252,14 @@ def point_job(pt, *, reference_logits: str, reference_info: str, reference_gener
     ref_records = read_jsonl(reference_generations)
     rows = reply_rows(ref_records, read_jsonl(generations))
     engine = {}
-    if info["who"]:
+    refused = refusal(pt.model_record)
+    if refused:  # a third-party file with another tokenizer: its token ids are not the reference's
+        rows = [r for r in rows if r["metric"] not in TOKEN_FIGURES]
+        rows += [metrics.row(m, None, subset=kind, status="absent", status_reason=refused)
+                 for m in ("teacher_kld", "teacher_same_top") for kind in KINDS[:1]]
+        rows += [metrics.row(m, None, status="absent", status_reason=refused)
+                 for m in ("first_divergence_token", "reply_length_change")]
+    elif info["who"]:
         fid = pt.config.get("fidelity") or {}
         reader = ReferenceReader(reference_logits)
         try:
