@@ -97,7 +97,6 @@ KEYS = ("family", "reference", "mem", "ctx", "kv", "accept", "rungs", "start", "
 STRATEGIES = ("auto", "step", "bisect")
 BISECT_FROM = 8  # auto: bisection from this many fitting candidates (the stepping walk's worst case grows linearly)
 ACCEPTABLE, NOT_ACCEPTABLE, UNDETERMINED = "acceptable", "not acceptable", "undetermined"
-STEP = "results/{card}/find/{family}/step{k}.json"
 ANSWER = "results/{card}/find/{family}.json"
 # what the token figures accept: the name a user writes -> (metric, what the bound is written in)
 TOKEN_FIGURES = {"kld": ("kld_mean", "nats"), "ppl_ratio": ("ln_ppl_ratio", "ratio")}

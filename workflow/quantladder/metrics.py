@@ -78,9 +78,6 @@ class Metric:
         if self.score_for and (self.unit != "%" or self.higher_is_better is not True):
             raise ValueError(f"metric {self.name}: a recommendation score must be a % where higher is better")
 
-    def written_by(self, benchmark: str, task_benchmarks: set[str]) -> bool:
-        return benchmark in self.writers or (TASK in self.writers and benchmark in task_benchmarks)
-
 
 _REGISTRY: dict[str, Metric] = {}
 

@@ -757,10 +757,3 @@ def _apptainer_command(argv, files, limits: Limits, extra_ro_binds, image: str |
         cmd += ["--env", f"{k}={v}"]
     cmd += [image] + _prlimit_argv(limits, prlimit="prlimit") + argv
     return cmd, []
-
-
-def errno_is_violation(e: BaseException) -> bool:
-    """An OSError that the sandbox's walls raise (used by in-sandbox harnesses to label failures)."""
-    return isinstance(e, OSError) and e.errno in {
-        errno.EACCES, errno.EPERM, errno.EROFS, errno.ENETUNREACH, errno.ECONNREFUSED,
-        errno.EHOSTUNREACH, errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EAGAIN, errno.EMFILE}

@@ -176,11 +176,6 @@ class Benchmark:
         place a default is written), for callers that did not validate against the schema."""
         return schemas.filled(schemas.benchmark_schema_path(cls.name), section)
 
-    @classmethod
-    def all_settings(cls) -> tuple[str, ...]:
-        return (cls.item_settings + cls.generation_settings + cls.COMMON_GENERATION + cls.scoring_settings
-                + cls.run_settings)
-
     def group(self, which: str) -> dict:
         keys = {"items": self.item_settings, "generation": self.generation_settings + self.COMMON_GENERATION,
                 "scoring": self.scoring_settings}[which]

@@ -25,7 +25,6 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
 
@@ -509,13 +508,6 @@ def absent(reason: str, **extra) -> dict:
             "joules_per_generated_token": None, "joules_per_prompt_token": None, **extra}
 
 
-@dataclass
-class _Run:
-    sampler: PowerSampler
-    value: object = None
-    extra: dict = field(default_factory=dict)
-
-
 def measure_generation(fn: Callable, *, n_gen_tokens: int | Callable[[object], int],
                        n_prompt_tokens: int | Callable[[object], int],
                        idle_cache_path: str | os.PathLike | None, reader=None, device_index: int = 0,
@@ -546,11 +538,9 @@ def measure_generation(fn: Callable, *, n_gen_tokens: int | Callable[[object], i
         return absent(reason, value=value, interval_s=None)
     try:
         idle_reason = None
-        if idle is not None:
-            pass
-        elif idle_cache_path is not None:
+        if idle is None and idle_cache_path is not None:
             idle = idle_baseline(idle_cache_path, reader, window_s=idle_window_s, max_age_s=idle_max_age_s)
-        else:
+        elif idle is None:
             idle_reason = "no idle cache path given: idle power not measured"
         sampler = PowerSampler(reader, interval_s=interval_s)
         with sampler:

@@ -44,7 +44,7 @@ from . import noninferiority
 from .multiplicity import METHODS as CORRECTIONS
 from .multiplicity import adjust, benjamini_hochberg, holm, planning_alpha
 from .paired import (PairedDelta, Pairs, compare, equal_subset_weights, mcnemar_exact, newcombe_interval,
-                     pair_verdicts, paired_delta, pairs_from_files, read_verdicts, sign_flip_pvalue, tango_interval)
+                     pair_verdicts, paired_delta, sign_flip_pvalue, tango_interval)
 from .power import (connor_items, connor_power, exact_power, exact_power_for_loss, items_needed, noninferiority_items,
                     noninferiority_power, normal_detectable,
                     smallest_detectable_loss)
@@ -57,7 +57,7 @@ __all__ = [
     "noninferiority",
     "CORRECTIONS", "adjust", "benjamini_hochberg", "holm", "planning_alpha",
     "PairedDelta", "Pairs", "compare", "equal_subset_weights", "mcnemar_exact", "newcombe_interval", "pair_verdicts",
-    "paired_delta", "pairs_from_files", "read_verdicts", "sign_flip_pvalue", "tango_interval",
+    "paired_delta", "sign_flip_pvalue", "tango_interval",
     "connor_items", "connor_power", "exact_power", "exact_power_for_loss", "items_needed", "noninferiority_items",
     "noninferiority_power", "normal_detectable",
     "smallest_detectable_loss",

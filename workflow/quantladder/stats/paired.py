@@ -31,7 +31,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -39,7 +38,6 @@ from scipy import optimize, special
 from scipy import stats as sps
 
 from ..errors import DataError
-from ..io import VERDICTS, JsonlFile
 
 EXACT_SUPPORT_MAX = 200_000  # distinct values of the sign-flip statistic before Monte Carlo takes over
 MC_DRAWS = 100_000
@@ -110,19 +108,6 @@ def pair_verdicts(reference: Sequence[Mapping], rung: Sequence[Mapping], *, kind
     subsets = tuple(ref[i][1] if ref[i][1] is not None else oth[i][1] for i in common)
     binary = bool(np.all((x == 0) | (x == 1)) and np.all((y == 0) | (y == 1))) and not use_score
     return Pairs(tuple(common), x, y, subsets, binary, len(set(ref) - set(oth)), len(set(oth) - set(ref)))
-
-
-def read_verdicts(path: str | Path) -> list[dict]:
-    """A point's ``verdicts.jsonl``, checked against the count and sha256 its metrics.json records."""
-
-    p = Path(path)
-    if not p.exists():
-        raise DataError(f"{p}: no such verdicts file")
-    return JsonlFile(p, VERDICTS).read_declared()[0]
-
-
-def pairs_from_files(reference_path: str | Path, rung_path: str | Path, *, kind: str = "auto") -> Pairs:
-    return pair_verdicts(read_verdicts(reference_path), read_verdicts(rung_path), kind=kind)
 
 
 def equal_subset_weights(verdicts: Sequence[Mapping]) -> dict[str, float]:

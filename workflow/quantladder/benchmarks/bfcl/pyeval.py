@@ -147,8 +147,6 @@ for _t, _names in _METHODS.items():
 _CALLS_ITS_ARGUMENTS = (map, filter, sorted, min, max)
 _FUNCTIONAL = ({i for i, name in _CALLABLE.items() if name not in _EXPANDING}
                | {i for i, (_, name) in _DESCRIPTORS.items() if name not in _EXPANDING})
-# Values are only ever of these types (plus the builtin callables above and the iterators they make).
-_SCALARS = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis))
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,

@@ -24,7 +24,6 @@ from ...io import hash_obj, sha256_file
 from ...models import hub_file
 from . import checks as C
 
-FORMATS = ("jsonl", "csv", "parquet")
 PROMPT_FIELDS = ("id", "prompt", "system", "options", "max_tokens", "stop", "subset")
 FIELDS = PROMPT_FIELDS + ("checks",)
 ROLES = ("system", "user", "assistant")
