@@ -1,5 +1,6 @@
 # Aggregates: the Parquet dataset, one curve file per family, the HTML report.
-# They read the points' metrics files only: rebuilding them never recomputes a point
+# They read what the points wrote (metrics files, and the task points' verdicts and generations
+# for the flips and identical replies): rebuilding them never recomputes a point
 # (`snakemake --forcerun aggregate report` rebuilds both from what is measured).
 
 
