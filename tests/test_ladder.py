@@ -127,6 +127,10 @@ def test_speed_gate_noise_does_not_block_a_real_gap_does():
     assert blocked_by_noise <= 4  # ~never: the rule allows t * se
     gap = anchors.judge_speed([100.0, 98.0, 101.0], [125.0, 124.0, 127.0], 5.0, "tg128")
     assert gap["status"] == "failed" and "-20" in gap["reason"] and "llama-bench" in gap["reason"]
+    # the allowance is Student's 95 % quantile at n - 1 degrees of freedom, past 30 rounds too
+    assert gap["t"] == pytest.approx(4.303, abs=1e-3)
+    many = anchors.judge_speed([100.0 + k % 3 for k in range(40)], [100.0] * 40, 5.0, "tg128")
+    assert many["t"] == pytest.approx(2.023, abs=1e-3) and many["status"] == "passed"
     with pytest.raises(Exception, match="at least 2 paired rounds"):
         anchors.judge_speed([1.0], [1.0], 5.0, "pp512")
 

@@ -213,16 +213,6 @@ def reproduce(bench: Benchmark, entry: dict, cache_dir="resources/anchors") -> f
 TOOL_GATES = {"perplexity": "llama-perplexity", "speed": "llama-bench"}
 TOOL_GATE_DEFAULTS = {"perplexity": {"enabled": True, "tolerance_pct": 0.1},
                       "speed": {"enabled": True, "tolerance_pct": 5.0, "rounds": 3}}
-# two-sided 95 % quantiles of Student's t, by degrees of freedom (1..30; beyond: the normal's 1.96)
-_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-        2.045, 2.042]
-
-
-def t95(df: int) -> float:
-    return _T95[df - 1] if 1 <= df <= len(_T95) else 1.96
-
-
 def tool_gate_settings(cfg: dict, measure: str) -> dict:
     s = dict(TOOL_GATE_DEFAULTS.get(measure, {}))
     s.update(((cfg.get("anchor_gates") or {}).get(measure)) or {})
@@ -262,22 +252,27 @@ def judge_ppl(ours: float, theirs: float, tolerance_pct: float) -> dict:
 
 def judge_speed(ours_rounds: list[float], theirs_rounds: list[float], tolerance_pct: float, test: str,
                 t: float | None = None) -> dict:
-    """Per-round means of tokens/s on both sides (interleaved rounds) -> the gate's verdict."""
+    """Per-round means of tokens/s on both sides (interleaved rounds) -> the gate's verdict. ``t``:
+    how many standard errors the deviation may be off by chance (by default Student's two-sided 95 %
+    quantile with n − 1 degrees of freedom)."""
     if len(ours_rounds) != len(theirs_rounds) or len(ours_rounds) < 2:
         raise QuantladderError(f"speed gate {test}: needs at least 2 paired rounds, got {len(ours_rounds)}")
     ratios = [o / r for o, r in zip(ours_rounds, theirs_rounds)]
     n = len(ratios)
     dev = 100.0 * (statistics.fmean(ratios) - 1.0)
     se = 100.0 * statistics.stdev(ratios) / n ** 0.5
-    q = t if t is not None else t95(n - 1)
-    beyond = abs(dev) - q * se
+    if t is None:
+        from scipy.stats import t as student_t  # heavy: imported where used
+
+        t = float(student_t.ppf(0.975, n - 1))
+    beyond = abs(dev) - t * se
     ok = beyond <= tolerance_pct
     return {"test": test, "status": "passed" if ok else "failed", "deviation_pct": dev, "stderr_pct": se,
-            "t": q, "rounds": n, "tolerance_pct": tolerance_pct, "ratios": ratios,
+            "t": t, "rounds": n, "tolerance_pct": tolerance_pct, "ratios": ratios,
             "ours_tokens_per_s": ours_rounds, "theirs_tokens_per_s": theirs_rounds,
             "reason": None if ok else
             f"{test}: the harness is {dev:+.1f} ± {se:.1f} % (se, {n} interleaved rounds) off llama-bench, "
-            f"beyond the ±{tolerance_pct} % tolerance even allowing {q:.2f} standard errors: the speed "
+            f"beyond the ±{tolerance_pct} % tolerance even allowing {t:.2f} standard errors: the speed "
             "measure is wrong on this card"}
 
 
