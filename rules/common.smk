@@ -202,7 +202,9 @@ def get_source_spec(wildcards):
 
 
 def get_prebuilt_spec(wildcards):
-    pre = config["families"][wildcards.family]["prebuilt"][wildcards.rung]
+    pre = dict(config["families"][wildcards.family]["prebuilt"][wildcards.rung])
+    if pre.get("chat_template") == "own":  # the default: a rung acquired before the key existed stays done
+        del pre["chat_template"]
     return json.dumps(pre, sort_keys=True)
 
 

@@ -39,8 +39,10 @@ def run(tmp_path_factory, smollm_source):
         "Q4_1-merge": {"source": {"path": str(hub["merge"])}, "accept": ["tokenizer.ggml.merges"]},
         "Q4_1-chat": {"source": {"path": str(hub["template"])}, "accept": ["chat_template"]},
         "Q4_1-eos": {"source": {"path": str(hub["eos"])}},
+        # the same file as Q4_1-chat, its chat exams run with the reference's template (no accept needed)
+        "Q4_1-chatref": {"source": {"path": str(hub["template"])}, "chat_template": "reference"},
     }
-    fam["task_rungs"] = ["Q4_1-chat", "Q4_1-merge"]
+    fam["task_rungs"] = ["Q4_1-chat", "Q4_1-merge", "Q4_1-chatref"]
     cfg["benchmarks"]["arithmetic"].update(enabled=True, generated={"seed": 1, "kinds": ["plain"], "levels": [1],
                                                                     "per_level": 2})
     cfg["fidelity"] = {"benchmarks": ["arithmetic"], "n_batch": 2048}
@@ -50,6 +52,7 @@ def run(tmp_path_factory, smollm_source):
                "chat_ppl": f"{pts}/Q4_1-chat/f16/perplexity/metrics.json",
                "chat_exam": f"{pts}/Q4_1-chat/f16/arithmetic/metrics.json",
                "merge_fidelity": f"{pts}/Q4_1-merge/f16/fidelity-arithmetic/metrics.json",
+               "chatref_exam": f"{pts}/Q4_1-chatref/f16/arithmetic/metrics.json",
                "chat_fidelity": f"{pts}/Q4_1-chat/f16/fidelity-arithmetic/metrics.json",
                "eos": f"resources/models/{FAMILY}/prebuilt/Q4_1-eos.gguf.json"}
     r = snakemake(work, "--keep-going", *targets.values(), config=write_config(work, cfg), check=False)
@@ -72,7 +75,7 @@ def test_an_unaccepted_difference_fails_the_acquire_job_naming_it(run):
     assert not (work / targets["eos"]).exists()
     assert not (work / f"results/{label}/points/{FAMILY}/Q4_1-eos").exists()
     # the other rungs went on (--keep-going) and are measured
-    for t in ("merge", "chat_ppl", "chat_exam", "merge_fidelity", "chat_fidelity"):
+    for t in ("merge", "chat_ppl", "chat_exam", "merge_fidelity", "chat_fidelity", "chatref_exam"):
         assert (work / targets[t]).exists(), r.stderr[-4000:]
 
 
@@ -109,6 +112,30 @@ def test_a_tokenizer_accepted_refuses_the_teacher_forced_fidelity_rows(run):
     kld = chat[("teacher_kld", "reference_replies")]
     assert kld["value"] is not None and kld["value"] >= 0 and "status" not in kld
     assert kld["n_clusters"] == 2 and kld["ci_low"] <= kld["value"] <= kld["ci_high"]  # the two replies
+
+
+def test_the_reference_template_asked_for_is_the_one_the_exam_ran_with_and_is_said(run):
+    """`chat_template: reference`: the rung's copy carries the reference's template (its own is on record by
+    hash), nothing needs accepting, its prompts are the reference's prompts, and every row says so."""
+    from quantladder.gguf_meta import scan_header
+
+    work, label, targets, _ = run
+    side = json.loads((work / f"resources/models/{FAMILY}/prebuilt/Q4_1-chatref.gguf.json").read_text())
+    prov = side["provenance"]
+    assert prov["differs_in"] == [] and prov["chat_template"]["from"] == "reference"
+    assert prov["chat_template"]["own_differs"] is True and side["sha256_source"] != side["sha256"]
+    ref_gguf = next((work / f"resources/models/{FAMILY}/reference").glob("*.gguf"))
+    copy, _ = scan_header(work / f"resources/models/{FAMILY}/prebuilt/Q4_1-chatref.gguf")
+    own, _ = scan_header(work / f"resources/models/{FAMILY}/prebuilt/Q4_1-chat.gguf")
+    ref, _ = scan_header(ref_gguf)
+    assert copy["tokenizer.chat_template"] == ref["tokenizer.chat_template"] != own["tokenizer.chat_template"]
+    gens = lambda rung: [json.loads(x)["prompt_ids"] for x in  # noqa: E731
+                         (work / f"results/{label}/points/{FAMILY}/{rung}/f16/arithmetic/generations.jsonl")
+                         .read_text().splitlines()]
+    assert gens("Q4_1-chatref") != gens("Q4_1-chat")  # the two templates render other prompts
+    rows = aggregate.collect([str(work / targets["chatref_exam"])])
+    assert {r["provenance"] for r in rows} == {
+        "third party, as the reference; chat exams with the reference's template (its own differs)"}
 
 
 def test_a_template_accepted_flags_every_row_of_the_rung(run):

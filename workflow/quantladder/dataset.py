@@ -57,8 +57,10 @@ COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("provenance", pa.string(), "where the rung's file comes from: \"made here\" (the reference and every rung "
      "quantized from it), \"third party, as the reference\", \"third party; differs from the reference in: "
      "<groups> (accepted)\" (architecture, tokenizer, chat_template, context: docs/ladder.md, \"Third-party "
-     "files\"; a chat_template difference means its chat exams ran with the file's own template), or \"third "
-     "party, not checked against the reference\" (a manifest from before the check)"),
+     "files\"; a chat_template difference means its chat exams ran with the file's own template), followed by "
+     "\"; chat exams with the reference's template (its own differs)\" where `prebuilt.<rung>.chat_template: "
+     "reference` replaced it, or \"third party, not checked against the reference\" (a manifest from before the "
+     "check)"),
     ("n_parallel", pa.int64(), "sequences the point's replies were decoded together with (a generation setting, "
      "docs/generation.md); null where nothing was generated"),
     ("gguf_sha256", pa.string(), "sha256 of the rung's GGUF"),
@@ -181,8 +183,12 @@ def provenance_label(model: dict) -> str:
     if not p:
         return "third party, not checked against the reference"
     groups = p.get("differs_in") or []
-    return ("third party; differs from the reference in: " + ", ".join(groups) + " (accepted)" if groups
-            else "third party, as the reference")
+    label = ("third party; differs from the reference in: " + ", ".join(groups) + " (accepted)" if groups
+             else "third party, as the reference")
+    tpl = p.get("chat_template") or {}
+    if tpl.get("from") == "reference" and tpl.get("own_differs"):
+        label += "; chat exams with the reference's template (its own differs)"
+    return label
 
 
 def rows_from_point(metrics_path: str | Path, manifest_path: str | Path | None = None) -> list[dict]:

@@ -259,6 +259,23 @@ def check(result: dict, accept: list[str], *, where: str, path: str) -> dict:
             "effects": {g: EFFECTS[g] for g in groups}}
 
 
+def reference_template(reference: str, candidate: str, *, where: str) -> tuple[str, dict]:
+    """``prebuilt.<rung>.chat_template: reference``: the reference's template text, to be written into the
+    rung's copy, and the record of what was done (``{"from": "reference", "own_differs", "own_sha256",
+    "reference_sha256"}``; the file's own template's hash, so the setting and what it replaced are on
+    record). Refused where the reference has no template."""
+    ref, _ = scan_header(reference)
+    cand, _ = scan_header(candidate)
+    text = ref.get("tokenizer.chat_template")
+    if not isinstance(text, str):
+        raise ConfigError(f"{where}.chat_template: reference — the family's reference ({reference}) has no chat "
+                          "template to use")
+    own = cand.get("tokenizer.chat_template")
+    sha = lambda t: hashlib.sha256(t.encode()).hexdigest() if isinstance(t, str) else None  # noqa: E731
+    return text, {"from": "reference", "own_differs": own != text, "own_sha256": sha(own),
+                  "reference_sha256": sha(text)}
+
+
 def refusal(record: dict | None, corpus_kind: str = "text") -> str | None:
     """Why KLD and the PPL ratio of a rung (its sidecar ``record``) against the reference mean nothing on
     a corpus of this kind, or None. A plain text is refused when the file turns it into other tokens; a
