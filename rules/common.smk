@@ -203,7 +203,8 @@ def get_source_spec(wildcards):
 
 def get_prebuilt_spec(wildcards):
     pre = dict(config["families"][wildcards.family]["prebuilt"][wildcards.rung])
-    if pre.get("chat_template") == "own":  # the default: a rung acquired before the key existed stays done
+    # the default: a rung acquired before the key existed stays done
+    if pre.get("chat_template") == "own":
         del pre["chat_template"]
     return json.dumps(pre, sort_keys=True)
 
