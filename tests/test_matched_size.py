@@ -14,6 +14,7 @@ import copy
 import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from pipeline_util import REPO, make_fixture_module, planned_jobs, snakemake
@@ -75,6 +76,24 @@ def test_speed_at_the_users_context_and_concurrency():
     four = dv.speed_at(rows, 2048, parallel=4)  # llama-bench's tgN is one sequence: not a speed at 4
     assert four["value"] is None and four["reason"] == "generation speed measured with 1 sequence(s) at a time, not 4"
     assert "did not run" in dv.speed_at([], 2048)["reason"]
+
+
+def test_the_covering_row_and_the_whole_set_alike_for_a_frame_and_its_records():
+    """pick_ctx and whole: one rule for the report's frames and the recommender's records."""
+    rows = [metrics.row("compute_buffer_bytes", 1.0, unit="bytes", n_ctx=4096),
+            metrics.row("compute_buffer_bytes", 2.0, unit="bytes", n_ctx=1024),
+            metrics.row("compute_buffer_bytes", 3.0, unit="bytes", n_ctx=16384),
+            metrics.row("compute_buffer_bytes", 4.0, unit="bytes", n_ctx=None)]
+    frame = pd.DataFrame(rows)
+    for ctx, want in ((1000, 2.0), (2048, 1.0), (4096, 1.0), (32768, 3.0), (None, 3.0)):
+        assert dv.pick_ctx(rows, ctx)["value"] == want and dv.pick_ctx(frame, ctx)["value"] == want, ctx
+    assert dv.pick_ctx(rows[3:], 2048)["value"] == 4.0 == dv.pick_ctx(frame.iloc[3:], 2048)["value"]
+    assert dv.pick_ctx([], 2048) is None and dv.pick_ctx(frame.iloc[:0], 2048) is None
+    mixed = [metrics.row("ppl", 5.0, unit="1", n_ctx=512), metrics.row("ppl", 6.0, unit="1", subset="wiki", n_ctx=512),
+             metrics.row("tg_tokens_per_s", 30.0, unit="tokens/s", subset="tg128", n_ctx=128)]
+    kinds = {m: metrics.whole_kind(m) for m in ("ppl", "tg_tokens_per_s")}
+    assert kinds == {"ppl": "null", "tg_tokens_per_s": "only"}
+    assert [r["value"] for r in dv.whole(mixed)] == [5.0, 30.0] == list(dv.whole(pd.DataFrame(mixed))["value"])
 
 
 # ------------------------------------------------------------------------------------------ a third-party file

@@ -61,14 +61,25 @@ def figures(df: pd.DataFrame) -> pd.DataFrame:
     return df[~df["metric"].isin(not_figures()) & df["value"].notna()]
 
 
-def whole(rows: pd.DataFrame) -> pd.DataFrame:
+def whole(rows: pd.DataFrame | list[dict]) -> pd.DataFrame | list[dict]:
     """The rows that stand for the whole set, as each metric's declaration says: the row without a
     subset (``null``), the metric's one subset per point (``only``: llama-bench's ``tg128``, a memory
-    probe's name), or none (``none``: per-subset figures such as RULER's per-task score)."""
-    if rows.empty:
-        return rows
-    kind = rows["metric"].map(metrics.whole_kind)
-    return rows[((kind == "null") & rows["subset"].isna()) | (kind == "only")]
+    probe's name), or none (``none``: per-subset figures such as RULER's per-task score).
+
+    ``rows``: a frame of the dataset's rows, or plain records (the recommender's, grouped once for
+    speed); the answer is of the same kind.
+    """
+    if isinstance(rows, pd.DataFrame):
+        if rows.empty:
+            return rows
+        return rows[_stands_for_whole(rows["metric"].map(metrics.whole_kind), rows["subset"].isna())]
+    return [r for r in rows if _stands_for_whole(metrics.whole_kind(r["metric"]), pd.isna(r["subset"]))]
+
+
+def _stands_for_whole(kind, no_subset):
+    """The rule, written once for a record's scalars and a frame's columns alike (``|`` and ``&``
+    serve both)."""
+    return (kind == "only") | ((kind == "null") & no_subset)
 
 
 def point_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -81,21 +92,23 @@ def point_table(df: pd.DataFrame) -> pd.DataFrame:
     return agg.sort_values(["card", "family", "bits_per_weight", "kv"], ascending=[True, True, False, True])
 
 
-def pick_ctx(rows: pd.DataFrame, ctx: int | None) -> pd.Series | None:
+def pick_ctx(rows: pd.DataFrame | list[dict], ctx: int | None) -> pd.Series | dict | None:
     """The row measured at the context that covers ``ctx``: the smallest n_ctx >= ctx, else the largest.
 
     Rows without n_ctx are used when nothing else is there. With ctx None, the largest n_ctx.
+    ``rows``: a frame of the dataset's rows (the row comes back as a Series) or plain records (a record).
     """
-    if rows.empty:
+    frame = isinstance(rows, pd.DataFrame)
+    n_ctxs = list(rows["n_ctx"]) if frame else [r.get("n_ctx") for r in rows]
+    if not n_ctxs:
         return None
-    with_ctx = rows[rows["n_ctx"].notna()]
-    if with_ctx.empty:
-        return rows.iloc[0]
-    if ctx is not None:
-        above = with_ctx[with_ctx["n_ctx"] >= ctx]
-        if not above.empty:
-            return above.loc[above["n_ctx"].idxmin()]
-    return with_ctx.loc[with_ctx["n_ctx"].idxmax()]
+    known = [(int(n), i) for i, n in enumerate(n_ctxs) if not pd.isna(n)]
+    if not known:
+        at = 0
+    else:
+        above = [(n, i) for n, i in known if ctx is not None and n >= ctx]
+        at = min(above, key=lambda x: x[0])[1] if above else max(known, key=lambda x: x[0])[1]
+    return rows.iloc[at] if frame else rows[at]
 
 
 def headline_metrics(df: pd.DataFrame, benchmark: str) -> list[str]:
@@ -286,10 +299,7 @@ def speed_at(rows: list[dict], ctx: int, parallel: int = 1) -> dict:
         have = sorted({int(r.get("n_parallel") or 1) for r in rows})
         return {"value": None, "reason": (f"generation speed measured with {', '.join(map(str, have))} sequence(s) "
                                           f"at a time, not {parallel}")}
-    with_ctx = [r for r in par if _known(r.get("n_ctx"))]
-    above = [r for r in with_ctx if int(r["n_ctx"]) >= ctx]
-    r = (min(above, key=lambda r: int(r["n_ctx"])) if above else
-         max(with_ctx, key=lambda r: int(r["n_ctx"])) if with_ctx else par[0])
+    r = pick_ctx(par, ctx)
     n_ctx = int(r["n_ctx"]) if _known(r.get("n_ctx")) else None
     note = ("" if n_ctx is not None and n_ctx >= ctx else
             f"{SPEED_METRIC} measured at n_ctx {n_ctx if n_ctx is not None else 'unknown'}, below the {ctx} tokens "

@@ -198,32 +198,6 @@ def _nn(x):
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
 
 
-def _pick(rows: list[dict], ctx: int | None) -> dict | None:
-    """Record version of dataset_view.pick_ctx: the row measured at the context covering ``ctx``."""
-    if not rows:
-        return None
-    with_ctx = [r for r in rows if r["n_ctx"] is not None]
-    if not with_ctx:
-        return rows[0]
-    if ctx is not None:
-        above = [r for r in with_ctx if r["n_ctx"] >= ctx]
-        if above:
-            return min(above, key=lambda r: r["n_ctx"])
-    return max(with_ctx, key=lambda r: r["n_ctx"])
-
-
-def _whole(rows: list[dict]) -> list[dict]:
-    """Record version of dataset_view.whole for one (point, benchmark, metric): as the registry says."""
-    if not rows:
-        return rows
-    kind = metrics.whole_kind(rows[0]["metric"])
-    if kind == "only":
-        return rows
-    if kind == "null":
-        return [r for r in rows if r["subset"] is None]
-    return []
-
-
 def _memory(fig: dict, ctx: int, file_bytes) -> tuple[float, float, float, list[str]] | str:
     """(weights, KV at ctx, buffers, notes) or the reason it cannot be predicted.
 
@@ -244,13 +218,13 @@ def _memory(fig: dict, ctx: int, file_bytes) -> tuple[float, float, float, list[
     r = max(kv, key=lambda r: r["n_ctx"])
     kv_per_token = float(r["value"]) / float(r["n_ctx"])
     kv_bytes = kv_per_token * ctx
-    buf = _pick(fig.get(("memory", "compute_buffer_bytes"), []), ctx)
+    buf = dv.pick_ctx(fig.get(("memory", "compute_buffer_bytes"), []), ctx)
     if buf is not None:
         buffers = float(buf["value"])
         if buf["n_ctx"] is not None and buf["n_ctx"] < ctx:
             notes.append(f"compute buffers measured at n_ctx {int(buf['n_ctx'])}, below the requested context")
     else:
-        tot = _pick(fig.get(("memory", "predicted_total_bytes"), []), ctx)
+        tot = dv.pick_ctx(fig.get(("memory", "predicted_total_bytes"), []), ctx)
         if tot is not None and tot["n_ctx"] is not None:
             buffers = max(0.0, float(tot["value"]) - weights - kv_per_token * float(tot["n_ctx"]))
         else:
@@ -366,8 +340,8 @@ def candidates(df: pd.DataFrame, ctx: int, weights: dict[str, float] | None = No
             if bad:
                 reason = f"{bench} is {bad[0]['status']}: {bad[0]['status_reason'] or 'no reason given'}"
                 break
-            mrows = _whole(fig.get((bench, metric), []))
-            r = _pick(mrows, ctx)
+            mrows = dv.whole(fig.get((bench, metric), []))
+            r = dv.pick_ctx(mrows, ctx)
             if r is None:
                 reason = f"no {bench}/{metric} figure"
                 break
@@ -392,7 +366,7 @@ def candidates(df: pd.DataFrame, ctx: int, weights: dict[str, float] | None = No
             excluded.append({"name": f"{family}/{rung}/{kv}", "reason": reason})
             continue
         weights_b, kv_b, buf_b, mnotes = mem
-        spr = dv.speed_at(_whole(fig.get(("speed", dv.SPEED_METRIC), [])), ctx, parallel)
+        spr = dv.speed_at(dv.whole(fig.get(("speed", dv.SPEED_METRIC), [])), ctx, parallel)
         out.append(Candidate(
             card=card, family=family, rung=rung, kv=kv, bits_per_weight=pt["bpw"],
             weights_bytes=weights_b, kv_bytes=kv_b, buffer_bytes=buf_b, memory_bytes=weights_b + kv_b + buf_b,
