@@ -19,7 +19,7 @@ from browser import Browser
 from quantladder import config as qconfig
 from quantladder import dataset_view as dv
 from quantladder import find as qfind
-from quantladder import metrics, report
+from quantladder import metrics, report, sizes
 from quantladder import targets as qtargets
 from quantladder.io import write_json
 from quantladder.measures.perplexity import passes
@@ -204,7 +204,7 @@ def test_the_default_config_walks_over_points_it_measures_anyway():
     cfg = qconfig.load()
     sp = qfind.spec(cfg)
     target = cfg["recommend"]["target"]
-    assert (sp.mem, sp.ctx) == (target["mem"], qfind.parse_ctx(str(target["ctx"])))
+    assert (sp.mem, sp.ctx) == (target["mem"], sizes.parse_ctx(str(target["ctx"]), "ctx"))
     assert all(f.benchmark == "perplexity" for f in sp.figures)  # against the family's reference, as the dataset's
     planned = {t.path for t in qtargets.planned(cfg, CARD)}
     for r in sp.rungs:

@@ -34,6 +34,8 @@ import pytest
 from quantladder import cli
 from quantladder import dataset_view as dv
 from quantladder import recommend as rec
+from quantladder import sizes
+from quantladder.errors import ConfigError
 
 MiB, GiB, KiB = 1 << 20, 1 << 30, 1 << 10
 BFCL = {"bfcl": 1.0}
@@ -252,19 +254,25 @@ def test_answers_in_about_a_second(df):
 
 
 def test_parsing():
-    assert rec.parse_bytes("24GiB") == 24 * GiB
-    assert rec.parse_bytes("24GB") == 24 * 10**9
-    assert rec.parse_bytes("1.5G") == int(1.5 * GiB)
-    assert rec.parse_bytes("512MiB") == 512 * MiB
-    assert rec.parse_ctx("32k") == 32768 and rec.parse_ctx("4096") == 4096
+    assert sizes.parse_bytes("24GiB", "mem") == 24 * GiB
+    assert sizes.parse_bytes("24GB", "mem") == 24 * 10**9
+    assert sizes.parse_bytes("1.5G", "mem") == int(1.5 * GiB)
+    assert sizes.parse_bytes("512MiB", "mem") == 512 * MiB
+    assert sizes.parse_ctx("32k", "ctx") == 32768 and sizes.parse_ctx("4096", "ctx") == 4096
     assert rec.parse_weights(["bfcl=1,ruler=2", "humaneval:pass_at_1=0.5"]) == {
         "bfcl": 1.0, "ruler": 2.0, "humaneval:pass_at_1": 0.5}
     assert rec.parse_cards("L4=24GiB,24GiB") == [("L4", 24 * GiB), ("card2", 24 * GiB)]
-    for bad in ("24 parsecs", "lots"):
-        with pytest.raises(rec.RecommendError, match="cannot read memory size"):
-            rec.parse_bytes(bad)
-    with pytest.raises(rec.RecommendError, match="context length"):
-        rec.parse_ctx("long")
+    for bad in ("24 parsecs", "lots"):  # a size that cannot be read names the key it came from
+        with pytest.raises(ConfigError, match=r"^find\.mem: cannot read memory size"):
+            sizes.parse_bytes(bad, "find.mem")
+    with pytest.raises(ConfigError, match=r"^find\.ctx: cannot read context length"):
+        sizes.parse_ctx("long", "find.ctx")
+    with pytest.raises(ConfigError, match=r"^ctx: context length must be positive"):
+        sizes.parse_ctx("0k", "ctx")
+    with pytest.raises(ConfigError, match=r"^card L4: cannot read memory size"):
+        rec.parse_cards("L4=lots")
+    with pytest.raises(ConfigError, match=r"^mem: cannot read memory size"):
+        rec.recommend(None, "lots", 4096)
     with pytest.raises(rec.RecommendError, match="benchmark=weight"):
         rec.parse_weights(["bfcl"])
     assert rec.parse_tolerance(["pass_at_1=2,kld_mean=0.02"]) == {"pass_at_1": 2.0, "kld_mean": 0.02}

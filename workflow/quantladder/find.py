@@ -70,11 +70,12 @@ from . import card as qcard
 from . import config as qconfig
 from . import deltas
 from . import metrics as qmetrics
+from . import sizes
 from . import status as qstatus
 from . import targets as qtargets
 from . import thinking
 from . import timings
-from .errors import ConfigError, DataError, QuantladderError
+from .errors import ConfigError, DataError
 from . import dataset_view as dv
 from .dataset import provenance_label
 from .dataset_view import fmt_bytes
@@ -83,7 +84,6 @@ from .io import atomic_path, hash_obj, read_json, read_jsonl
 from .kv_policy import parse_kv
 from .measures.perplexity import pass_name, passes
 from .progress import load_config
-from .recommend import parse_bytes, parse_ctx
 from .scriptutil import SNAKEFILE
 from .stats import noninferiority as ni
 
@@ -266,14 +266,8 @@ def spec(cfg: dict, section: dict | None = None, where: str = "find") -> Spec:
     if ref not in ladder:
         raise ConfigError(f"{where}.reference: {ref!r} is not a rung of {fam} (its ladder: {ladder}); Q8_0, or the "
                           "family's F16/BF16 reference")
-    try:
-        mem_bytes = parse_bytes(s["mem"])
-    except QuantladderError as e:  # the recommender's reading of a size
-        raise ConfigError(f"{where}.mem: {e}") from None
-    try:
-        ctx = parse_ctx(s["ctx"])
-    except QuantladderError as e:
-        raise ConfigError(f"{where}.ctx: {e}") from None
+    mem_bytes = sizes.parse_bytes(s["mem"], f"{where}.mem")
+    ctx = sizes.parse_ctx(s["ctx"], f"{where}.ctx")
     kv = str(s.get("kv") or qconfig.kv_types(cfg, fam)[0])
     if kv not in qconfig.kv_types(cfg, fam):
         raise ConfigError(f"{where}.kv: {kv!r} is not a KV type of {fam} ({qconfig.kv_types(cfg, fam)})")

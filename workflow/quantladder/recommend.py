@@ -41,7 +41,6 @@ context that covers the requested one (or ``predicted_total_bytes - weights - KV
 from __future__ import annotations
 
 import math
-import re
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -53,6 +52,7 @@ from . import dataset_view as dv
 from . import metrics, thinking
 from .errors import QuantladderError
 from .rank import KLD, rank, why_chosen
+from .sizes import parse_bytes, parse_ctx
 
 EPS_TIE = 1e-6  # tie-break towards less memory, far below any score difference that matters
 MEMORY_FIGURES = ("weights_bytes", "kv_bytes_predicted", "compute_buffer_bytes", "predicted_total_bytes",
@@ -79,34 +79,6 @@ class RecommendError(QuantladderError):
 
 
 # ---------------------------------------------------------------- parsing
-
-_SIZE_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
-               "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40,
-               "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
-
-
-def parse_bytes(text: str | int | float) -> int:
-    """'24GiB' → 25769803776; '24GB' is decimal (24e9); a bare 'G' means GiB, as llama.cpp prints it."""
-    if isinstance(text, (int, float)):
-        return int(text)
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(text))
-    if not m or m.group(2).lower() not in _SIZE_UNITS:
-        raise RecommendError(f"cannot read memory size {text!r}: write e.g. 24GiB, 16000MiB, 24GB or bytes")
-    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
-
-
-def parse_ctx(text: str | int) -> int:
-    """'32768', '32k' or '32K' (= 32768 tokens)."""
-    if isinstance(text, int):
-        return text
-    m = re.fullmatch(r"\s*([0-9]+)\s*([kK]?)\s*", str(text))
-    if not m:
-        raise RecommendError(f"cannot read context length {text!r}: write tokens, e.g. 32768 or 32k")
-    n = int(m.group(1)) * (1024 if m.group(2) else 1)
-    if n <= 0:
-        raise RecommendError("context length must be positive")
-    return n
-
 
 def _pairs(items: list[str] | dict | None, what: str, example: str, positive: bool) -> dict[str, float]:
     """['a=1', 'b=2,c=0.5'] (or a mapping) → {'a': 1.0, ...}; each value ≥ 0, or > 0 with ``positive``."""
@@ -145,7 +117,8 @@ def parse_cards(items: list[str] | str) -> list[tuple[str, int]]:
     out = []
     for i, p in enumerate(parts, 1):
         name, _, size = p.rpartition("=")
-        out.append((name.strip() or f"card{i}", parse_bytes(size)))
+        name = name.strip() or f"card{i}"
+        out.append((name, parse_bytes(size, f"card {name}")))
     if not out:
         raise RecommendError("pack needs at least one card, e.g. --cards L4=24GiB,L4b=24GiB")
     names = [n for n, _ in out]
@@ -437,7 +410,7 @@ def recommend(df: pd.DataFrame, mem: int | str, ctx: int | str, *, kv: list[str]
     The answer's ``why`` cites the rule that decided, with its numbers ("" where the best needs no reason).
     """
     t0 = time.perf_counter()
-    budget, ctx = parse_bytes(mem), parse_ctx(ctx)
+    budget, ctx = parse_bytes(mem, "mem"), parse_ctx(ctx, "ctx")
     parallel = _parallel(parallel)
     if min_tg is not None and not float(min_tg) > 0:
         raise RecommendError(f"the speed floor must be > 0 tokens/s, got {min_tg}")
@@ -594,7 +567,7 @@ def pack(df: pd.DataFrame, cards: list[tuple[str, int]] | list[str] | str, ctx: 
     """
     t0 = time.perf_counter()
     cards = cards if cards and isinstance(cards[0], tuple) else parse_cards(cards)
-    ctx = parse_ctx(ctx)
+    ctx = parse_ctx(ctx, "ctx")
     weights = parse_weights(weights) if not isinstance(weights, dict) else weights
     cands, excluded, used_w, notes = candidates(df, ctx, weights, card, tolerance=tolerance, cautious=cautious,
                                                 corpora=corpora, parallel=_parallel(parallel), accept=accept)
