@@ -110,3 +110,27 @@ def test_a_teacher_forced_pass_learns_its_budget_only_from_jobs_on_the_same_repl
         os.utime(gens, (tsv.stat().st_mtime + 60,) * 2)  # the user's replies, made since
         assert run(w, inp, 1) == 30
         assert qres.runtime_fixed(rule, 30, {"resources": {"runtime_min": {rule: 45}}}, work=work)(w, inp, 1) == 45
+
+
+def test_one_walk_over_the_benchmark_files_feeds_the_estimates_and_the_walks_cost(tmp_path):
+    """timings.finished reads every finished job once, a file being written (no row yet) passed over;
+    the estimates (``seconds``, by rule and kind) and find's cost (``benchmark_files``, by path) read it."""
+    from quantladder import find as qfind
+
+    base = tmp_path / "logs/benchmarks"
+    for path, text in (("quantize/fam/Q4_K_M.tsv", "s\th:m:s\n12.5\t0:00:12\n"),
+                       ("speed/card/fam/Q4_K_M/f16.tsv", "s\th:m:s\n30.0\t0:00:30\n"),
+                       ("speed/card/fam/Q8_0/f16.tsv", "s\th:m:s\n"),  # being written: no figure
+                       ("speed/card/other/Q8_0/f16.tsv", "s\th:m:s\n50.0\t0:00:50\n")):
+        (base / path).parent.mkdir(parents=True, exist_ok=True)
+        (base / path).write_text(text)
+    jobs = list(timings.finished(tmp_path))
+    assert [(j.rule, j.parts, j.s) for j in jobs] == [("quantize", ("fam", "Q4_K_M"), 12.5),
+                                                      ("speed", ("card", "fam", "Q4_K_M", "f16"), 30.0),
+                                                      ("speed", ("card", "other", "Q8_0", "f16"), 50.0)]
+    seen = timings.seconds(tmp_path)
+    assert seen[("speed", "")] == [30.0, 50.0] and seen[("speed", "fam")] == [30.0]
+    assert seen[("quantize", "fam")] == [12.5]
+    assert qfind.benchmark_files(tmp_path) == {("quantize", "fam/Q4_K_M"): 12.5, ("speed", "card/fam/Q4_K_M/f16"): 30.0,
+                                              ("speed", "card/other/Q8_0/f16"): 50.0}
+    assert list(timings.finished(tmp_path / "nowhere")) == []

@@ -843,14 +843,7 @@ def job_seconds(sp: dict, card: str, rung: str | None, seen: dict) -> dict[str, 
 
 def benchmark_files(root: str | Path = ".") -> dict[tuple[str, str], float]:
     """(rule, path under the rule's folder without .tsv) -> seconds, for every finished job."""
-    base = Path(root) / timings.BENCHMARKS
-    out = {}
-    for tsv in sorted(base.rglob("*.tsv")) if base.is_dir() else []:
-        s = timings._read_seconds(tsv)
-        if s is not None:
-            rel = tsv.relative_to(base).with_suffix("")
-            out[(rel.parts[0], "/".join(rel.parts[1:]))] = s
-    return out
+    return {(job.rule, "/".join(job.parts)): job.s for job in timings.finished(root)}
 
 
 def cost(state: dict, card: str, root: str | Path = ".") -> dict:

@@ -2,9 +2,10 @@
 
 Every rule that costs time writes one TSV per job under ``logs/benchmarks/<rule>/<wildcards...>.tsv``
 (its ``s`` column: the job's wall-clock seconds). A job's *kind* groups jobs that cost alike: the
-benchmark of a generate or score job, the family of a point measure's. Two readers: the estimate of
-what a run has left (quantladder.progress) and the ``runtime`` a job asks its scheduler for
-(quantladder.resources).
+benchmark of a generate or score job, the family of a point measure's. Three readers: the estimate of
+what a run has left (quantladder.progress), the ``runtime`` a job asks its scheduler for
+(quantladder.resources) and what a walk down the ladder cost (quantladder.find), each through
+``finished``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import csv
 import statistics
 from collections import defaultdict
 from pathlib import Path
+from typing import Iterator, NamedTuple
 
 BENCHMARKS = "logs/benchmarks"
 # rule -> the position of the kind among its benchmark file's path parts (after the rule's folder)
@@ -32,6 +34,27 @@ def _read_seconds(tsv: Path) -> float | None:
         return float(rows[-1]["s"]) if rows else None
     except (OSError, KeyError, ValueError):
         return None  # a benchmark file being written, or another format: no figure from it
+
+
+class Job(NamedTuple):
+    """One finished job's benchmark file: its rule, the parts of its path under the rule's folder
+    (without .tsv), its wall-clock seconds and when the file was written (its mtime)."""
+
+    rule: str
+    parts: tuple[str, ...]
+    s: float
+    mtime: float
+
+
+def finished(root: str | Path = ".") -> Iterator[Job]:
+    """Every finished job under ``root``'s benchmark folder, in path order: the one walk over the
+    files that the estimates here and the walk's cost (quantladder.find) read."""
+    base = Path(root) / BENCHMARKS
+    for tsv in sorted(base.rglob("*.tsv")) if base.is_dir() else []:
+        s = _read_seconds(tsv)
+        if s is not None:
+            parts = tsv.relative_to(base).with_suffix("").parts
+            yield Job(parts[0], parts[1:], s, tsv.stat().st_mtime)
 
 
 class Seen(defaultdict):
@@ -54,18 +77,11 @@ def seconds(root: str | Path = ".", *, fresh: bool = True) -> Seen:
     if not fresh and key in _cache:
         return _cache[key]
     out = Seen()
-    base = Path(root) / BENCHMARKS
-    for tsv in sorted(base.rglob("*.tsv")) if base.is_dir() else []:
-        parts = tsv.relative_to(base).with_suffix("").parts
-        s = _read_seconds(tsv)
-        if s is None:
-            continue
-        mtime = tsv.stat().st_mtime
-        rule, rest = parts[0], parts[1:]
-        out.add((rule, ""), s, mtime)
-        i = _KIND_PART.get(rule)
-        if i is not None and len(rest) > max(i, -i - 1):
-            out.add((rule, rest[i]), s, mtime)
+    for job in finished(root):
+        out.add((job.rule, ""), job.s, job.mtime)
+        i = _KIND_PART.get(job.rule)
+        if i is not None and len(job.parts) > max(i, -i - 1):
+            out.add((job.rule, job.parts[i]), job.s, job.mtime)
     _cache[key] = out
     return out
 
