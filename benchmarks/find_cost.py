@@ -32,7 +32,7 @@ from _common import REPO, fmt_table
 from quantladder import card as qcard  # noqa: E402  (_common puts the package on the path)
 from quantladder import find as qfind  # noqa: E402
 from quantladder.io import read_json  # noqa: E402
-from quantladder.progress import load_config  # noqa: E402
+from quantladder.config import load_config  # noqa: E402
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 

@@ -9,13 +9,12 @@ import pytest
 
 from quantladder import config as qconfig
 from quantladder import corpora as C
-from quantladder import progress
 from quantladder.engine import RawContext
 from quantladder.errors import ConfigError, DataError
 from quantladder.measures import perplexity as P
 
 # The whole embedded ladder (config/full.yaml over the default): every corpus and calibration text.
-CFG = progress.load_config([str(qconfig.REPO_ROOT / "config" / "full.yaml")])
+CFG = qconfig.load_config([str(qconfig.REPO_ROOT / "config" / "full.yaml")])
 
 
 def test_a_corpus_name_says_its_domain_and_language():

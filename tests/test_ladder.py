@@ -22,9 +22,7 @@ from quantladder.io import sha256_file
 @pytest.fixture()
 def cfg():
     """The whole embedded ladder: config/full.yaml laid over the default config."""
-    from quantladder import progress
-
-    return progress.load_config([str(qconfig.REPO_ROOT / "config" / "full.yaml")])
+    return qconfig.load_config([str(qconfig.REPO_ROOT / "config" / "full.yaml")])
 
 
 def test_embedded_ladder_names_every_new_rung(cfg):

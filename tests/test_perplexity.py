@@ -426,9 +426,9 @@ def test_the_reference_store_is_read_by_rows_without_a_memory_map(long_reference
 # -- passes: one per (corpus, context), each keyed by its own settings ------------------------------
 def _cfg():
     """The whole embedded ladder's config (config/full.yaml over the default: every corpus)."""
-    from quantladder import config as qconfig, progress
+    from quantladder import config as qconfig
 
-    return progress.load_config([str(qconfig.REPO_ROOT / "config" / "full.yaml")])
+    return qconfig.load_config([str(qconfig.REPO_ROOT / "config" / "full.yaml")])
 
 
 def test_passes_and_their_keys_are_independent():

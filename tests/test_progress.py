@@ -58,9 +58,10 @@ def test_a_report_before_any_point_has_finished(tmp_path):
     its guessed cost (no figure, nothing as zero)."""
     import pandas as pd
 
+    from quantladder import config as qconfig
     from quantladder import progress
 
-    cfg = progress.load_config([])
+    cfg = qconfig.load_config([])
     parquet, html, p = progress.partial_report(cfg, "some-card", tmp_path)
     assert p["finished"] == 0 and p["planned"] == len(p["missing"]) > 0
     assert pd.read_parquet(parquet).empty

@@ -125,7 +125,7 @@ def test_accepted_thinking_losses_are_read_and_refused_the_wrong_way_round():
 
 
 def test_find_reads_thinking_figures_per_task_benchmark():
-    from quantladder.progress import load_config
+    from quantladder.config import load_config
 
     cfg = load_config()
     fam = next(iter(cfg["families"]))

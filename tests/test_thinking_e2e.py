@@ -117,7 +117,7 @@ def test_find_and_recommend_read_the_thinking_of_the_run(run):
     import pandas as pd
 
     from quantladder import find as qfind
-    from quantladder.progress import load_config
+    from quantladder.config import load_config
 
     wd, files = run
     cfg = load_config(files)

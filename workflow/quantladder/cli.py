@@ -180,9 +180,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"wrote {build(args.dataset, args.out_html, card=args.card)}")
                 return 0
             from . import card as qcard
+            from . import config as qconfig
             from . import progress
 
-            cfg = progress.load_config(args.configfile)
+            cfg = qconfig.load_config(args.configfile)
             card = args.card or qcard.label(cfg.get("card"))
             parquet, html, pend = progress.partial_report(cfg, card, args.directory)
             print(progress.summary_text(pend))

@@ -1,4 +1,5 @@
-"""The config: loading, validation outside Snakemake, and the plan it describes (points, rungs)."""
+"""The config: loading (one file, or a run's files laid over each other as Snakemake does), validation
+outside Snakemake, and the plan it describes (points, rungs)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,24 @@ def load(path: str | Path = DEFAULT_CONFIG, validate: bool = True) -> dict:
     if validate:
         validate_config(cfg, source=str(p))
     return cfg
+
+
+def load_config(configfiles: list[str] | None = None) -> dict:
+    """The config a run uses: config/config.yaml with each further file laid over it as Snakemake's
+    ``--configfile`` lays it (a mapping merged key by key, anything else replaced), then validated
+    with the schema's defaults filled in."""
+    cfg = load(DEFAULT_CONFIG, validate=False)
+    for path in configfiles or []:
+        _merge(cfg, load(path, validate=False))
+    return validate_config(cfg, source=" + ".join(["config/config.yaml", *(configfiles or [])]))
+
+
+def _merge(base: dict, over: dict) -> None:
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            _merge(base[k], v)
+        else:
+            base[k] = v
 
 
 def _validate(instance, schema: dict, *, source: str, prefix: str = "", schema_file: Path | None = None) -> None:

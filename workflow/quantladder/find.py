@@ -83,7 +83,6 @@ from .gguf_meta import GGUFInfo
 from .io import atomic_path, hash_obj, read_json, read_jsonl
 from .kv_policy import parse_kv
 from .measures.perplexity import pass_name, passes
-from .progress import load_config
 from .scriptutil import SNAKEFILE
 from .stats import noninferiority as ni
 
@@ -923,7 +922,7 @@ def run_cli(args) -> int:
     with atomic_path(req) as tmp:
         tmp.write_text(yaml.safe_dump(request, sort_keys=False))
     files = [str(Path(f).resolve()) for f in args.configfile] + [str(req.resolve())]
-    cfg = load_config(files)
+    cfg = qconfig.load_config(files)
     sp = spec(cfg)
     target = ANSWER.format(card=qcard.label(cfg.get("card")), family=sp.family)
     snakemake = str(Path(sys.executable).with_name("snakemake"))

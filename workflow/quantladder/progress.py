@@ -235,24 +235,6 @@ def print_after_plan(workflow, cfg: dict, card: str) -> None:
     atexit.register(_print)
 
 
-def load_config(configfiles: list[str] | None = None) -> dict:
-    """The config a run uses: config/config.yaml with each further file laid over it as Snakemake's
-    ``--configfile`` lays it (a mapping merged key by key, anything else replaced), then validated
-    with the schema's defaults filled in."""
-    cfg = qconfig.load(qconfig.DEFAULT_CONFIG, validate=False)
-    for path in configfiles or []:
-        _merge(cfg, qconfig.load(path, validate=False))
-    return qconfig.validate_config(cfg, source=" + ".join(["config/config.yaml", *(configfiles or [])]))
-
-
-def _merge(base: dict, over: dict) -> None:
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(base.get(k), dict):
-            _merge(base[k], v)
-        else:
-            base[k] = v
-
-
 def partial_paths(card: str) -> tuple[str, str]:
     return f"results/{card}/partial/points.parquet", f"results/{card}/partial/report.html"
 
