@@ -251,7 +251,7 @@ class Engine(LlamaHandle):
         self._exact: list = [np.zeros(0, dtype=np.int32) for _ in range(n_par)]
         self.resolved = {**r, "n_batch": n_batch, "n_ubatch": n_ubatch, "n_seq_max": n_par,
                          "kv_unified": False, "n_ctx_seq": n_ctx_seq}
-        self._template: dict[bool, Any] = {}
+        self._template: dict[tuple, Any] = {}  # (add_generation_prompt, server) -> formatter
         # a thinking family's setup (quantladder.reasoning.Setup; set by the generate job): chat_prompt
         # renders with its kwargs, and a request's ReplyPlan comes from the rendered reply's turn
         self.reasoning = None
@@ -416,11 +416,12 @@ class Engine(LlamaHandle):
         llama-cpp-python's Jinja2ChatFormatter with the BOS/EOS texts it would use.
 
         ``template_kwargs``: more variables for the template (``enable_thinking``,
-        ``reasoning_effort``, ``tools``, ...: quantladder.reasoning.template_kwargs), given to the
-        formatter's call, which hands its extra keyword arguments to the template's render. The
-        formatter is built from the template and add_generation_prompt alone, so one cached formatter
-        serves every set of kwargs; without kwargs the call is the one it always was."""
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+        ``reasoning_effort``, ...: quantladder.reasoning.template_kwargs), given to the formatter's
+        call, which hands its extra keyword arguments to the template's render. With kwargs (the
+        family's or the caller's) the prompt is rendered as llama-server renders it
+        (quantladder.reasoning.render: its source patches and message rewrites; tool calls refused);
+        without kwargs the call is the one it always was."""
+        from . import reasoning
 
         kwargs = dict(template_kwargs or {})
         setup_kw = self.reasoning.kwargs if self.reasoning is not None else None
@@ -437,15 +438,22 @@ class Engine(LlamaHandle):
         if not tmpl:
             raise ConfigError(f"{self.model_path}: the GGUF has no chat template (tokenizer.chat_template)")
 
+        # with kwargs, as llama-server renders (its source patches and message rewrites:
+        # quantladder.reasoning.render); without, the plain call it always was
+        server = bool(kwargs)
+
         def render(msgs, agp: bool) -> str:
-            fmt = self._template.get(agp)
+            fmt = self._template.get((agp, server))
             if fmt is None:
+                # the BOS/EOS texts: on the kwargs path the server's (the special token's own text,
+                # common_token_to_piece with special=true); the plain path keeps what it always gave
                 bos_id, eos_id = self.token_bos(), self.token_eos()
-                bos = self.detokenize_bytes([bos_id]).decode(errors="replace") if bos_id >= 0 else ""
-                eos = self.detokenize_bytes([eos_id]).decode(errors="replace") if eos_id >= 0 else ""
-                fmt = Jinja2ChatFormatter(template=tmpl, bos_token=bos, eos_token=eos, add_generation_prompt=agp)
-                self._template[agp] = fmt
-            return fmt(messages=msgs, **kwargs).prompt
+                bos = self.detokenize_bytes([bos_id], special=server).decode(errors="replace") if bos_id >= 0 else ""
+                eos = self.detokenize_bytes([eos_id], special=server).decode(errors="replace") if eos_id >= 0 else ""
+                fmt = reasoning.formatter(tmpl, bos, eos, agp, server)
+                self._template[(agp, server)] = fmt
+            return reasoning.render(fmt, tmpl, msgs, kwargs, add_bos=bool(self.lc.llama_vocab_get_add_bos(self.vocab)),
+                                    add_eos=bool(self.lc.llama_vocab_get_add_eos(self.vocab)))
 
         text = render(messages, bool(add_generation_prompt))
         if self.reasoning is not None and self.reasoning.splits:

@@ -171,12 +171,21 @@ def check_family(fmt: Format, settings: Settings, family: str, source: str = "co
         raise ConfigError(
             f"{source}: family {family}: its chat template handles thinking in markers quantladder does not "
             "split (docs/thinking.md, the 'other' formats): its thinking would be scored as its answer; "
-            "name its format (families.{family}.reasoning_format) if it is one of "
+            f"name its format (families.{family}.reasoning_format) if it is one of "
             f"{', '.join(n for n, f in FORMATS.items() if f.kind in (TAGS, HARMONY))}")
     if fmt.kind == NONE and settings.reasoning == "on":
         raise ConfigError(f"{source}: key generation.reasoning: 'on', but family {family}'s chat template cannot "
                           "think (reasoning format none): set reasoning to auto or off, or name the family's "
                           f"format (families.{family}.reasoning_format) if its model thinks anyway")
+
+
+def check_rendering(fmt: Format, template: str | None, family: str, source: str = "config") -> None:
+    """Refuse a family whose replies are split (so it always renders with the kwargs, as llama-server
+    renders) where its template cannot be rendered as the server renders it (:func:`server_refusal`)."""
+    if fmt.kind in (TAGS, HARMONY):
+        why = server_refusal(template)
+        if why:
+            raise ConfigError(f"{source}: family {family}: {why}")
 
 
 def template_kwargs(fmt: Format, settings: Settings) -> dict:
@@ -208,6 +217,221 @@ def template_kwargs(fmt: Format, settings: Settings) -> dict:
         kw["reasoning_effort"] = settings.reasoning_effort
         kw["reasoning_strength"] = settings.reasoning_effort
     return kw
+
+
+# -- rendering as llama-server renders -------------------------------------------------------------
+# A family rendered with the kwargs (every family whose replies are split, and any family where the
+# config sets a reasoning key: Setup.kwargs) is rendered as llama-server renders it: what the server
+# does to the template's source and to the messages before its template sees them is done here too
+# (tools/server/server-common.cpp ``oaicompat_chat_params_parse``, common/chat.cpp
+# ``common_chat_templates_init`` and ``common_chat_templates_apply_jinja``, the specialised handlers of
+# common/parsers/*.cpp). Checked byte for byte against the server's ``/apply-template`` on every
+# vendored template (tests/test_template_server_parity.py, benchmarks/template_parity.py,
+# docs/thinking.md "Rendering parity with llama-server"). A family rendered without kwargs renders
+# as it always did (the plain call), whatever the server would do.
+
+def server_handler(template: str) -> str | None:
+    """Which of llama.cpp's specialised handlers llama-server gives a template, by the same tests
+    of its text in the same order (common/chat.cpp ``common_chat_try_specialized_template``); None
+    for the differential autoparser. Only the first match counts: a template that a test before
+    LFM2's catches never gets LFM2's message rewrite."""
+    t = template
+
+    def has(*needles: str) -> bool:
+        return all(n in t for n in needles)
+
+    if has("[SYSTEM_PROMPT]", "[TOOL_CALLS]", "[ARGS]") and "[CALL_ID]" not in t:
+        return "ministral_3"
+    if "<|channel|>" in t:
+        return "gpt_oss"
+    rules = (("muse_glimmer", has("<atem:function_calls>", "<|eom|>")),
+             ("functionary_v3_2", has(">>>all", ">>>${recipient}")),
+             ("kimi_k2", has("<|tool_calls_section_begin|>", "<|tool_call_begin|>")),
+             ("kimi_k3", has("<|open|>", "<|close|>", "<|end_of_msg|>")),
+             ("ling3", has("<role>ASSISTANT</role>", "<arg_key>")),
+             ("cohere2moe", has("<|START_TEXT|>", "<|START_ACTION|>")),
+             ("lfm2", has("<|tool_list_start|>", "<|tool_list_end|>")),
+             ("lfm2_5", has("List of tools: [") and "<|tool_list_start|>" not in t),
+             ("gigachat_v3", has("<|role_sep|>", "<|message_sep|>") and "<|function_call|>" not in t),
+             ("minimax_m3", has("]<]minimax[>[", "<tool_call>", "<invoke name=")),
+             ("deepseek_v3_2", has("dsml_token", "DSML") and ("function_calls" in t or "tool_calls" in t)),
+             ("gemma4", "'<|tool_call>call:'" in t),
+             ("minicpm5", has("Tool usage guidelines:", '<function name="', '<param name="')),
+             ("qwen3_coder", has("<tool_call>", "<function=", "<parameter=")
+              and "'<tool_call><function=' ~ tool_call.name ~ '>'" not in t))
+    return next((name for name, hit in rules if hit), None)
+
+
+# The two patches llama-server makes to a template's source before it renders anything
+# (common/chat.cpp ``common_chat_templates_init``, "temporary" fixes there): a raise that gpt-oss's
+# template makes on an assistant content holding channel markers, and one that Mistral's makes on an
+# assistant turn with neither content nor tool calls, are turned off.
+_SOURCE_PATCHES = (
+    ("<|channel|>", "in message.content or",
+     '{%- if "<|channel|>analysis<|message|>" in message.content or '
+     '"<|channel|>final<|message|>" in message.content %}',
+     "{%- if false %}"),
+    ("[TOOL_CALLS]", "if (message['content'] is none or",
+     "{%- if (message['content'] is none or message['content'] == '' or message['content']|length == 0) and "
+     "(message['tool_calls'] is not defined or message['tool_calls'] is none or "
+     "message['tool_calls']|length == 0) %}",
+     "{%- if false %}"),
+)
+
+# Context variables llama-server fills that this renderer leaves out on purpose (the day the server
+# runs: common/chat.cpp ``common_chat_extra_context``): a template that reads them cannot render as
+# the server does, and a family that must (its replies are split) is refused (:func:`setup_for`).
+_SERVER_DATE_VARIABLES = ("date_string", "datetime")
+
+
+def server_source(template: str) -> str:
+    """The template's source as llama-server renders it (its two source patches applied)."""
+    for marker, found, old, new in _SOURCE_PATCHES:
+        if marker in template and found in template:
+            template = template.replace(old, new)
+    return template
+
+
+def server_refusal(template: str | None) -> str | None:
+    """Why a template cannot be rendered as llama-server renders it, or None. The one known case:
+    it reads the date the server writes into every rendering (``date_string``/``datetime``, today's
+    date there; a point's prompt here must not change with the day it runs)."""
+    t = template or ""
+    used = [v for v in _SERVER_DATE_VARIABLES if v in t]
+    if used:
+        return (f"its chat template reads {' and '.join(used)}, which llama-server fills with the date it runs "
+                "on and quantladder leaves to the template's default (a point's prompt must not change with the "
+                "day): it cannot render this template as the server does (docs/thinking.md, 'Rendering parity "
+                "with llama-server')")
+    return None
+
+
+_SYSTEM_ROLE: dict[str, bool] = {}
+_SYSTEM_MARKER = "QL_SYSTEM_ROLE_PROBE"
+
+
+def supports_system_role(formatter, template: str) -> bool:
+    """Whether the template renders a system message (llama.cpp's capability probe, common/jinja/caps.cpp:
+    a system message then a user one, an empty ``tools`` list, the system content used or not).
+    Here: rendered, and its content in the output; a template that raises on it (Gemma 2's) or
+    drops it does not."""
+    if template not in _SYSTEM_ROLE:
+        try:
+            out = render_context(formatter, [{"role": "system", "content": _SYSTEM_MARKER},
+                                             {"role": "user", "content": "User message"}], {"tools": []})
+            _SYSTEM_ROLE[template] = _SYSTEM_MARKER in out
+        except Exception:  # noqa: BLE001 (a template's own error, whatever its kind)
+            _SYSTEM_ROLE[template] = False
+        while len(_SYSTEM_ROLE) > 64:
+            _SYSTEM_ROLE.pop(next(iter(_SYSTEM_ROLE)))
+    return _SYSTEM_ROLE[template]
+
+
+def server_messages(template: str, messages: Sequence[dict], system_role: bool = True) -> list[dict]:
+    """The messages as llama-server hands them to the template, in its order:
+
+    - each message as the server rebuilds it from the request (common/chat.cpp
+      ``common_chat_msg::to_json_oaicompat``): ``role``, ``content`` (``""`` for none), and
+      ``reasoning_content`` only when not empty; StepFun's contents and reasoning trimmed
+      (``trim_all_content``, on its template's text);
+    - ``developer`` as ``system``, except for gpt-oss (``map_developer_role_to_system``);
+    - a leading system message merged into the next one (``system + "\\n" + content``), or dropped
+      when alone, where the template has no system role (``system_message_not_supported``);
+    - the specialised handler's rewrite: gpt-oss's and LFM2's templates read the reasoning as
+      ``thinking`` (common/parsers/gpt-oss.cpp, lfm2.cpp), Ministral 3's system and assistant
+      contents become blocks, a ``thinking`` one first (common/parsers/ministral3.cpp).
+
+    Tool calls and tool results are not rendered here (:func:`render` refuses them)."""
+    trim = "You have access to the following functions in JSONSchema format" in template
+    out: list[dict] = []
+    for m in messages:
+        content = m.get("content")
+        msg = {"role": m.get("role"), "content": content if content is not None else ""}
+        if isinstance(msg["content"], str) and trim:
+            msg["content"] = msg["content"].strip(_WS)
+        reasoning = m.get("reasoning_content")
+        if isinstance(reasoning, str) and trim:
+            reasoning = reasoning.strip(_WS)
+        if reasoning:
+            msg["reasoning_content"] = reasoning
+        out.append(msg)
+    handler = server_handler(template)
+    if "<|channel|>" not in template:
+        for msg in out:
+            if msg["role"] == "developer":
+                msg["role"] = "system"
+    if not system_role and out and out[0]["role"] == "system":
+        first = out.pop(0)
+        if out:
+            out[0]["content"] = f"{first['content']}\n{out[0]['content']}"
+    if handler in ("gpt_oss", "lfm2", "lfm2_5"):
+        for msg in out:
+            if isinstance(msg.get("reasoning_content"), str):
+                msg["thinking"] = msg["reasoning_content"]
+    elif handler == "ministral_3":
+        for i, msg in enumerate(out):
+            if msg["role"] not in ("system", "assistant"):
+                continue
+            blocks = []
+            if isinstance(msg.get("reasoning_content"), str):
+                blocks.append({"type": "thinking", "thinking": msg["reasoning_content"]})
+            if isinstance(msg["content"], str):
+                blocks.append({"type": "text", "text": msg["content"]})
+            out[i] = {k: v for k, v in msg.items() if k != "reasoning_content"}
+            out[i]["content"] = blocks
+    return out
+
+
+def formatter(template: str, bos_token: str, eos_token: str, add_generation_prompt: bool, server: bool):
+    """The compiled renderer of a template: llama-cpp-python's Jinja2ChatFormatter with the BOS/EOS
+    texts (``server``: over the source as llama-server patches it, :func:`server_source`)."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    return Jinja2ChatFormatter(template=server_source(template) if server else template, bos_token=bos_token,
+                               eos_token=eos_token, add_generation_prompt=add_generation_prompt)
+
+
+def render(fmt, template: str, messages: Sequence[dict], kwargs: dict | None = None, *, add_bos: bool = False,
+           add_eos: bool = False) -> str:
+    """One rendering on the generation path (``Engine.chat_prompt``). ``fmt``: :func:`formatter`
+    of ``template``, built with ``server=bool(kwargs)``. Without kwargs, the plain call it always was;
+    with them, as llama-server: the messages as it rewrites them (:func:`server_messages`) and the
+    kwargs in the context. Tool calls, tool results and ``tools`` are refused on that path: the
+    server rewrites them per template capability (string arguments parsed to objects where the
+    template takes objects, Gemma 4's and DeepSeek V4's tool-result rewrites) and its Jinja engine
+    has what jinja2 lacks (``from_json``, a list's ``append``); no exam passes them. ``add_bos`` /
+    ``add_eos``: the vocabulary adds BOS / EOS itself, and the server then cuts a leading BOS text /
+    a trailing EOS text off the rendering (the tokens are the same: the engine adds no second BOS)."""
+    if not kwargs:
+        return fmt(messages=list(messages)).prompt
+    if "tools" in kwargs or any(m.get("tool_calls") or m.get("role") == "tool" for m in messages):
+        raise ConfigError("a chat prompt with tools, tool calls or tool results: quantladder does not render them as "
+                          "llama-server does (docs/thinking.md, 'Rendering parity with llama-server')")
+    msgs = server_messages(template, messages, supports_system_role(fmt, template))
+    text = render_context(fmt, msgs, kwargs)
+    if add_bos and fmt.bos_token and text.startswith(fmt.bos_token):
+        text = text[len(fmt.bos_token):]
+    if add_eos and fmt.eos_token and text.endswith(fmt.eos_token):
+        text = text[:-len(fmt.eos_token)]
+    return text
+
+
+def render_context(fmt, messages: list[dict], kwargs: dict) -> str:
+    """The template rendered with llama-server's context (common/chat.cpp
+    ``common_chat_template_direct_apply_impl``): the messages, BOS/EOS, ``add_generation_prompt``
+    only when true, the kwargs, and nothing else. The formatter's own call would add ``tools``,
+    ``functions``, ``function_call`` and ``tool_choice`` as None, which a template that loops over
+    ``tools`` unguarded (Hermes 2/3 Pro's tool_use templates, Command R+'s) cannot render; its
+    compiled template is called directly instead (llama-cpp-python's environment and filters, its
+    ``raise_exception`` and ``strftime_now``)."""
+    def raise_exception(message: str):
+        raise ValueError(message)
+
+    ctx = {"messages": messages, "bos_token": fmt.bos_token, "eos_token": fmt.eos_token,
+           "raise_exception": raise_exception, "strftime_now": fmt.strftime_now, **kwargs}
+    if fmt.add_generation_prompt:
+        ctx["add_generation_prompt"] = True
+    return fmt._environment.render(**ctx)
 
 
 # -- where the reply starts ------------------------------------------------------------------------
@@ -602,6 +826,7 @@ def setup_for(cfg: dict, family: str, template: str | None, source: str = "confi
     explicit = is_set(cfg, family)
     if explicit:
         check_family(fmt, settings, family, source)
+    check_rendering(fmt, template, family, source)
     return Setup(family, fmt, settings, explicit)
 
 
