@@ -68,6 +68,7 @@ import yaml
 from . import benchmarks, catalog  # noqa: F401  -- catalog: every figure declared before one is looked up
 from . import card as qcard
 from . import config as qconfig
+from . import dataset_view as dv
 from . import deltas
 from . import metrics as qmetrics
 from . import sizes
@@ -75,10 +76,8 @@ from . import status as qstatus
 from . import targets as qtargets
 from . import thinking
 from . import timings
-from .errors import ConfigError, DataError
-from . import dataset_view as dv
 from .dataset import provenance_label
-from .dataset_view import fmt_bytes
+from .errors import ConfigError, DataError
 from .gguf_meta import GGUFInfo
 from .io import atomic_path, hash_obj, read_json, read_jsonl
 from .kv_policy import parse_kv
@@ -528,7 +527,7 @@ def candidates(sp: Spec, infos: dict[str, dict], speeds: dict[str, dict] | None 
         c = {"rung": r, "order": i, "bits_per_weight": info.bits_per_weight, "weights_bytes": info.tensor_bytes,
              "file_bytes": info.file_bytes, "kv_bytes": int(kv_bytes), "predicted_bytes": pred,
              "fits": pred <= sp.mem_bytes, "source": (sources or {}).get(r, "made here")}
-        why = [] if c["fits"] else [f"memory: {fmt_bytes(pred)} at {sp.ctx} tokens, over {sp.mem}"]
+        why = [] if c["fits"] else [f"memory: {dv.fmt_bytes(pred)} at {sp.ctx} tokens, over {sp.mem}"]
         if sp.min_tps is not None:
             spd = (speeds or {}).get(r) or {"value": None, "reason": "no speed figure read"}
             c["speed"] = spd
@@ -724,7 +723,7 @@ def binding(state: dict, rung: str | None) -> list[dict]:
     big = [c for c in cands if not c["fits"] and (top is None or c["bits_per_weight"] > top["bits_per_weight"])]
     if big:
         c = big[-1]
-        why = c.get("excluded_by") or [f"memory: {fmt_bytes(c['predicted_bytes'])} at {state['spec']['ctx']} tokens, "
+        why = c.get("excluded_by") or [f"memory: {dv.fmt_bytes(c['predicted_bytes'])} at {state['spec']['ctx']} tokens, "
                                        f"over {state['spec']['mem']}"]  # a state from before the field
         out.append({"constraint": "memory", "rung": c["rung"], "why": "; ".join(why),
                     **({"gap": _gap(c, top)} if top else {})})
@@ -898,8 +897,8 @@ def format_text(result: dict) -> str:
                          f"{m['ours']:.4g}{u} ({m['how']}); {m['difference']:+.4g}{u}; " + "; ".join(m["gaps"]))
     if result.get("memory"):
         m = result["memory"]
-        lines.append(f"  memory at {m['ctx']} tokens: {fmt_bytes(m['predicted_bytes'])} (weights "
-                     f"{fmt_bytes(m['weights_bytes'])} + KV cache {fmt_bytes(m['kv_bytes'])}; compute buffers not included)")
+        lines.append(f"  memory at {m['ctx']} tokens: {dv.fmt_bytes(m['predicted_bytes'])} (weights "
+                     f"{dv.fmt_bytes(m['weights_bytes'])} + KV cache {dv.fmt_bytes(m['kv_bytes'])}; compute buffers not included)")
     lines.append("  path: " + " → ".join(f"{p['rung']} ({p['verdict']})" for p in result["path"]))
     c = result.get("cost")
     if c:
