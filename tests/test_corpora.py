@@ -17,6 +17,29 @@ from quantladder.measures import perplexity as P
 CFG = qconfig.load_config([str(qconfig.REPO_ROOT / "config" / "full.yaml")])
 
 
+def test_the_exams_read_offline_text_below_the_corpora():
+    """The corpora read the code benchmark (the HumanEval corpus), so no exam may import them back,
+    not even inside a function: RULER's essay and word list come from quantladder.textsources, and
+    the same source gives the same text either way."""
+    import ast
+
+    pkg = qconfig.REPO_ROOT / "workflow" / "quantladder" / "benchmarks"
+    back = []
+    for path in sorted(pkg.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                names = [f"{node.module or ''}.{a.name}" for a in node.names] + [node.module or ""]
+            else:
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if any(n.split(".")[-1] == "corpora" for n in names):
+                back.append(f"{path.relative_to(pkg)}:{node.lineno}")
+    assert back == []
+    from quantladder.benchmarks.ruler import haystack
+
+    assert haystack.load_text_source({"builtin": "pydoc-topics"}) == C.materialize({"builtin": "pydoc-topics"})
+    with pytest.raises(ConfigError, match="the one builtin essay text is pydoc-topics"):
+        haystack.load_text_source({"builtin": "python-stdlib"})
+
 def test_a_corpus_name_says_its_domain_and_language():
     assert C.parse_name("prose-en") == {"domain": "prose", "language": "en", "part": None}
     assert C.parse_name("manual-zh-cn") == {"domain": "manual", "language": "zh-cn", "part": None}

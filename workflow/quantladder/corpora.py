@@ -7,7 +7,8 @@ language everything after it up to an optional ``.part`` (a natural language as 
 BCP-47 tag, or for code the programming language). That name is the ``subset`` of every
 perplexity/KLD row, so a row says what text it was measured on (docs/corpora.md).
 
-Offline sources (``builtin`` or ``debian_reference``):
+Offline sources (``builtin`` or ``debian_reference``; Python's own text, and the file a ``path``,
+``package`` or ``hf`` source names, are read by quantladder.textsources):
 
 * ``pydoc-topics``: CPython's pydoc help topics (English technical prose), one document per topic;
 * ``python-stdlib``: the top-level modules of the running Python's standard library (code);
@@ -44,8 +45,8 @@ from pathlib import Path
 
 import numpy as np
 
-# The one import up a floor: the HumanEval corpus is the code benchmark's own items and prompts, read
-# from there rather than copied (its modules import nothing that reads corpora).
+# The HumanEval corpus is the code benchmark's own items and prompts, read from there rather than
+# copied: the corpora stand above the exams, which read their offline text from quantladder.textsources.
 from .benchmarks.code import data as code_data
 from .benchmarks.code import prompts as code_prompts
 from .benchmarks.tasks.taskfile import resolve_path
@@ -53,7 +54,8 @@ from .benchmarks.traffic import trafficfile  # a traffic file's calibration part
 from .errors import ConfigError, DataError, ModelFileError
 from .gguf_meta import scan_header
 from .corpus_names import NAME_RE, is_chat, parse_name  # noqa: F401 (the corpus's API)
-from .models import locate_package_file, resolve_source
+from .textsources import file_text, pydoc_topics, python_stdlib_files, stdlib_docstrings
+from .textsources import pydoc_topics_text  # noqa: F401 (the corpus's API)
 
 BUILTINS = ("pydoc-topics", "python-stdlib", "stdlib-docstrings", "humaneval-chat")
 
@@ -82,57 +84,7 @@ class Corpus:
     record: dict = field(default_factory=dict)
 
 
-# -- sources -----------------------------------------------------------------------------------
-def pydoc_topics_text() -> str:
-    """English prose that every CPython ships (the pydoc help topics), in a fixed order."""
-    return "\n\n".join(pydoc_topics()) + "\n"
-
-
-def pydoc_topics() -> list[str]:
-    from pydoc_data.topics import topics
-
-    return [topics[k].strip("\n") for k in sorted(topics)]
-
-
-def python_stdlib_files() -> list[tuple[str, str]]:
-    """(name, source) of the standard library's top-level modules, sorted by name."""
-    import sysconfig
-
-    root = Path(sysconfig.get_paths()["stdlib"])
-    files = sorted(p for p in root.glob("*.py") if p.is_file())
-    if not files:
-        raise DataError(f"{root}: no standard-library sources (*.py) found for the python-stdlib corpus")
-    out = []
-    for p in files:
-        try:
-            out.append((p.name, p.read_text(encoding="utf-8")))
-        except UnicodeDecodeError:
-            continue  # a module in another encoding (none in CPython 3.10+): not code text we compare
-    return out
-
-
-def stdlib_docstrings(files: list[tuple[str, str]]) -> list[str]:
-    """One document per module: its module, class and function docstrings (cleaned as
-    ``inspect.cleandoc`` does) in source order. English prose about code, no code."""
-    import ast
-
-    docs = []
-    for name, src in files:
-        try:
-            tree = ast.parse(src)
-        except SyntaxError:
-            continue
-        parts = []
-        for node in [tree, *ast.walk(tree)]:
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                d = ast.get_docstring(node, clean=True)
-                if d and d not in parts:
-                    parts.append(d)
-        if parts:
-            docs.append("\n\n".join(parts))
-    return docs
-
-
+# -- sources (Python's own text: quantladder.textsources) -------------------------------------
 def humaneval_conversations() -> list[list[dict]]:
     """One conversation per HumanEval problem: the code benchmark's own prompt (BigCodeBench/
     EvalPlus chat framing, `complete` split) and the reference solution as the reply."""
@@ -356,28 +308,7 @@ def materialize(source: dict) -> str:
     """The text of a corpus source (for a chat corpus: its conversations, one JSON line each)."""
     if source.get("builtin") or "debian_reference" in source or "traffic" in source:
         return build(source).text
-    fmt = source.get("format", "text")
-    if "package" in source:
-        path = locate_package_file(source["package"], source.get("file", "*.txt"))
-    elif "path" in source or "hf" in source:
-        path = resolve_source(source)
-    else:
-        raise DataError(f"corpus source {source} names none of builtin/debian_reference/path/package/hf")
-    path = Path(path)
-    try:
-        if fmt == "parquet-text":
-            import pyarrow.parquet as pq
-
-            table = pq.read_table(path, columns=["text"])
-            return "".join(table.column("text").to_pylist())
-        if path.suffix == ".gz":
-            with gzip.open(path, "rt", encoding="utf-8") as f:
-                return f.read()
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError, KeyError, EOFError) as e:
-        raise DataError(f"{path}: cannot read as a {fmt} corpus: {e}") from e
-    except Exception as e:  # pyarrow raises its own error types
-        raise DataError(f"{path}: cannot read as a {fmt} corpus: {type(e).__name__}: {e}") from e
+    return file_text(source)
 
 
 # -- chat corpora: rendered through the model's own template --------------------------------------

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from ...errors import DataError
+from ...errors import ConfigError, DataError
+from ...models import resolve_source
+from ...textsources import file_text, pydoc_topics_text
 
 # RULER's noise block (scripts/data/synthetic/niah.py, type_haystack=repeat; the same block is the
 # noise of variable_tracking.py). Kept verbatim: it is the benchmark's data.
@@ -33,16 +35,12 @@ def split_sentences(text: str) -> list[str]:
 
 
 def load_text_source(source: dict) -> str:
-    """Essay text from a source dict as in ``corpora``: builtin / path / package / hf.
+    """Essay text from a source dict as in ``corpora``: ``builtin: pydoc-topics`` / path / package / hf
+    (quantladder.textsources, below the corpora and the exams alike).
 
     ``format: json-text`` reads RULER's own ``PaulGrahamEssays.json`` (``{"text": ...}``), so the
     real-run essays can be that file from the hub or a local copy.
     """
-    # corpora and models load numpy, and corpora reads the code benchmark (its HumanEval corpus):
-    # imported when a haystack is built, not when the benchmarks are listed
-    from ...corpora import materialize
-    from ...models import resolve_source
-
     if source.get("format") == "json-text":
         path = Path(resolve_source({k: v for k, v in source.items() if k in ("hf", "path", "package", "file")}))
         try:
@@ -50,7 +48,11 @@ def load_text_source(source: dict) -> str:
             return doc["text"] if isinstance(doc, dict) else "\n".join(d["text"] for d in doc)
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise DataError(f"{path}: not a RULER essay JSON ({{'text': ...}}): {e}") from e
-    text = materialize(source)
+    builtin = source.get("builtin")
+    if builtin not in (None, "pydoc-topics"):
+        raise ConfigError(f"essay source {source}: the one builtin essay text is pydoc-topics "
+                          "(config/schemas/ruler.schema.yaml, text_source)")
+    text = pydoc_topics_text() if builtin else file_text(source)
     if not text.strip():
         raise DataError(f"essay source {source} gave no text")
     return text
@@ -81,8 +83,6 @@ def word_lists(prefer_wonderwords: bool = True) -> WordLists:
                              tuple(sorted(set(nouns) | set(adjs) | set(verbs))), "wonderwords")
         except Exception:  # not installed, or its private loader moved: use the offline list
             pass
-    from ...corpora import pydoc_topics_text
-
     vocab = sorted(set(re.findall(r"\b[a-z]{3,12}\b", pydoc_topics_text())))
     # No part-of-speech tags offline: both halves of a key come from the same vocabulary.
     return WordLists(tuple(vocab), tuple(vocab), tuple(vocab), "pydoc-topics-vocabulary")
