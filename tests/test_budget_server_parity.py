@@ -21,8 +21,11 @@ first of the N thinking tokens and the reply thinks N - 1 free tokens before the
 
 At N = 0 llama.cpp does not end the thinking at once: its sampler is promoted to FORCING by the
 prompt's start tag, and the prompt's ``\\n`` that follows is taken as the first forced token
-(common/reasoning-budget.cpp's FORCING accepts any token; ggml-org/llama.cpp#28356, open). The
-engine's port does the same, on purpose (byte-identical replies); the test holds what both do.
+(common/reasoning-budget.cpp's FORCING accepts any token; ggml-org/llama.cpp#28356, open), so the end
+tag is never whole. The engine departs there on purpose (``ReasoningBudget.prefill`` passes over a
+prompt token that is not the forced one): its reply opens on the whole forced end, "0 = end at once"
+as the setting means. The test holds both: the engine's forced end at once, the server's reply as
+#28356 makes it, and the first differing token at reply index 0.
 """
 
 from __future__ import annotations
@@ -198,10 +201,27 @@ def test_reply_is_llama_servers_and_the_end_is_forced_at_the_budget(server_exe, 
         srv.close()
 
     # the server counts the end-of-generation token it stopped at; the engine does not keep it
-    assert finish == ours.finish_reason
     if finish == "stop":
         assert eng._is_eog(theirs[-1])
         theirs = theirs[:-1]
+    opened = _find(list(plan.prefill), plan.start)
+    assert opened >= 0  # the generation prompt opens the block: the sampler counts from the prompt
+    k = len(plan.prefill) - (opened + len(plan.start))
+    assert k == 1 and plan.budget == budget
+    forced = plan.forced
+    assert forced == tuple(eng.tokenize(message, add_bos=False, special=True) if message else ()) + plan.ends[0]
+    if budget < k:
+        # N = 0: the engine ends the thinking at once (the whole forced end opens its reply); the server,
+        # promoted to FORCING at the prompt's start tag, took the prompt's k tokens after it as the first
+        # k forced ones and forces only the rest (llama.cpp#28356): the end tag is never whole there
+        assert tuple(ours.tokens[:len(forced)]) == forced
+        assert rec["thinking_forced"] and rec["thinking_closed"] and rec["thinking_end"] == "budget"
+        assert rec["thinking_tokens"] == len(forced) and rec["reasoning"].strip() == ""
+        assert tuple(theirs[:len(forced) - k]) == forced[k:]
+        assert _first_difference(theirs, ours.tokens) == 0
+        assert not (msg.get("content") or "").strip()  # the server's thinking never closed: no answer
+        return
+    assert finish == ours.finish_reason
     assert theirs == list(ours.tokens), f"first differing token at reply index {_first_difference(theirs, ours.tokens)}"
     assert v["content"] == ours.text  # byte-identical text
 
@@ -212,26 +232,9 @@ def test_reply_is_llama_servers_and_the_end_is_forced_at_the_budget(server_exe, 
     # where the end is forced: the budget counts the tokens after the start tag, the generation
     # prompt's first (here its "\n": k = 1), so the reply thinks N - k free tokens and then the forced
     # sequence (the message, the end tag) follows, in both replies
-    opened = _find(list(plan.prefill), plan.start)
-    assert opened >= 0  # the generation prompt opens the block: the sampler counts from the prompt
-    k = len(plan.prefill) - (opened + len(plan.start))
-    assert k == 1 and plan.budget == budget
-    forced = plan.forced
-    assert forced == tuple(eng.tokenize(message, add_bos=False, special=True) if message else ()) + plan.ends[0]
     for reply in (theirs, list(ours.tokens)):
-        if budget >= k:
-            at = budget - k
-            assert tuple(reply[at:at + len(forced)]) == forced
-            assert _find(reply, plan.ends[0]) == at + len(forced) - len(plan.ends[0])  # no earlier close
-        else:
-            # N = 0: promoted to FORCING at the prompt's start tag, the sampler took the prompt's k
-            # tokens after it as the first k forced ones: only the rest is forced (llama.cpp#28356)
-            assert tuple(reply[:len(forced) - k]) == forced[k:]
-    if budget >= k:
-        assert rec["thinking_forced"] and rec["thinking_closed"] and rec["thinking_end"] == "budget"
-        assert rec["thinking_tokens"] == budget - k + len(forced)  # the generated ones: N - k free + the forced
-    else:
-        # the end tag never whole (special: nothing forced at all; text: "think>" without "</"): the
-        # reply is thinking that never closed, on both sides, no answer
-        assert not rec["thinking_closed"] and rec["answer"] == "" and not (msg.get("content") or "").strip()
-        assert rec["thinking_forced"] == bool(forced[k:])
+        at = budget - k
+        assert tuple(reply[at:at + len(forced)]) == forced
+        assert _find(reply, plan.ends[0]) == at + len(forced) - len(plan.ends[0])  # no earlier close
+    assert rec["thinking_forced"] and rec["thinking_closed"] and rec["thinking_end"] == "budget"
+    assert rec["thinking_tokens"] == budget - k + len(forced)  # the generated ones: N - k free + the forced

@@ -741,8 +741,18 @@ class ReasoningBudget:
 
     def prefill(self, tokens: Iterable[int]) -> None:
         """The generation prompt's tokens (common/sampling.cpp feeds them before the first step: a
-        template that opens ``<think>\\n`` itself starts the reply COUNTING, its ``\\n`` spent)."""
+        template that opens ``<think>\\n`` itself starts the reply COUNTING, its ``\\n`` spent).
+
+        One departure from llama.cpp, at budget 0 only: the prompt's start tag promotes the sampler to
+        FORCING inside the prompt, and llama.cpp's FORCING takes whatever token comes next as the next
+        forced one, so the prompt's own ``\\n`` is counted as forced and the end tag is never whole
+        (ggml-org/llama.cpp#28356: at budget 0 llama-server ends no thinking). A prompt token is not a
+        token the sampler forced: here it is passed over, and the reply opens on the whole forced end —
+        "0 = end at once", as the setting means (docs/thinking.md)."""
         for t in tokens:
+            if (self.state == FORCING and self.force_pos < len(self.forced_tokens)
+                    and int(t) != self.forced_tokens[self.force_pos]):
+                continue
             self.accept(t)
 
     def force(self) -> bool:
