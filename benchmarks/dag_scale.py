@@ -41,13 +41,22 @@ PLAIN_RUNGS = ["Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_1", "Q5_0", "Q4_K_M", "Q4
 CARD = "h100-80gb"
 
 
+def default_config() -> dict:
+    """config/config.yaml as a run reads it: the schema's defaults filled in (the file says only what
+    differs from the schema)."""
+    sys.path.insert(0, str(REPO / "workflow"))
+    from quantladder import config as qconfig
+
+    return qconfig.load(qconfig.DEFAULT_CONFIG)
+
+
 def default_measures() -> tuple[list[str], dict]:
     """The per-point measures of the default config, and every registered task benchmark (all
     switched on, their settings left at the defaults)."""
     sys.path.insert(0, str(REPO / "workflow"))
     from quantladder import benchmarks as registry
 
-    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg = default_config()
     measures = list(cfg.get("measures", {}))
     benchmarks = {name: dict(sec, enabled=True) for name, sec in (cfg.get("benchmarks") or {}).items()}
     for name in registry.names():
@@ -260,7 +269,7 @@ def scale_config(n_families: int, n_rungs: int, only: list[str] | None = None) -
             }
     # Snakemake merges the default config under this one: its own families are switched off, and
     # perplexity takes one pass per point (the bare Snakefile's one job per measure and point)
-    default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    default = default_config()
     for name in default.get("families", {}):
         families.setdefault(name, {**default["families"][name], "enabled": False})
     cfg = {"card": CARD, "families": families,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import os
 import re
 import subprocess
@@ -15,11 +14,18 @@ REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 
+def default_config() -> dict:
+    """config/config.yaml as a run reads it: validated, the schema's defaults filled in (the file says
+    only what differs from the schema, so its raw YAML lacks every key left at its default)."""
+    from quantladder import config as qconfig
+
+    return qconfig.load(qconfig.DEFAULT_CONFIG)
+
+
 def small_config(rungs=("Q8_0", "Q4_K_M", "Q2_K"), benchmarks_on=()) -> dict:
     """The default config, made small: few chunks, short speed tests, every task benchmark off
     unless named (the default configfile is deep-merged under it, so everything is explicit)."""
-    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    cfg = copy.deepcopy(cfg)
+    cfg = default_config()
     fam = next(iter(cfg["families"]))
     # the default config's other families are merged under this one by Snakemake: switched off
     cfg["families"] = {name: ({**f, "rungs": list(rungs)} if name == fam else {**f, "enabled": False})

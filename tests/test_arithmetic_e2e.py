@@ -12,10 +12,9 @@ import csv
 from pathlib import Path
 
 import pytest
-import yaml
 
 from quantladder.io import read_jsonl
-from pipeline_util import scratch_snakemake, task_workdir
+from pipeline_util import default_config, scratch_snakemake, task_workdir
 
 REPO = Path(__file__).resolve().parents[1]
 FAM, CARD = "smollm2", "testcard"
@@ -27,7 +26,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def run(smollm_f16, smollm_q4km, smollm_q2k, tmp_path_factory):
     wd = tmp_path_factory.mktemp("arith-e2e")
-    default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    default = default_config()
     rungs = {"F16": ("reference", smollm_f16), "Q4_K_M": ("quantized", smollm_q4km), "Q2_K": ("quantized", smollm_q2k)}
     cfg = {
         "card": CARD, "threads": 1,

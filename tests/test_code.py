@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from quantladder import sandbox
+from quantladder import config, sandbox
 from quantladder.benchmarks.code import data, extract, prompts, score
 
 REPO = Path(__file__).resolve().parents[1]
@@ -140,7 +140,7 @@ def test_bigcodebench_from_the_hub_cache_layout(tmp_path, monkeypatch):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())["benchmarks"]["bigcodebench_hard"]
+    cfg = config.load()["benchmarks"]["bigcodebench_hard"]  # its splits: the schema's default
     hf = cfg["source"]["hf"]
     rev = hf["revision"]
     snap = tmp_path / "datasets--bigcode--bigcodebench-hard" / "snapshots" / rev

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from pipeline_util import REPO, planned_jobs, snakemake, write_config
+from pipeline_util import REPO, default_config, planned_jobs, snakemake, write_config
 
 from quantladder import card
 
@@ -20,7 +20,7 @@ CORPORA = ["prose-en", "manual-en", "manual-es", "chat-en"]
 
 
 def corpora_config() -> dict:
-    cfg = copy.deepcopy(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
+    cfg = default_config()
     fams = cfg["families"]
     fams[SMOL].update(rungs=[], task_rungs=[])  # its reference point: the chat corpus's model
     fams[GEMMA].update(rungs=["Q4_K_M-imat-en", "Q4_K_M-imat-self"])

@@ -1,11 +1,20 @@
-"""One default per knob: the schemas hold every default, Python reads them (issue 28)."""
+"""One default per knob: the schemas hold every default, Python reads them (issue 28).
+
+The schema (config/config.schema.yaml, and config/schemas/<benchmark>.schema.yaml for a benchmark's
+section) is the one home of defaults (issue 45): config/config.yaml says only what the default run sets
+otherwise, plus comments, so a key there is a choice and never a copy that could drift from the schema.
+A key it sets to its schema default is named here; leaving it out changes nothing, validation fills it in.
+"""
 
 from __future__ import annotations
 
 import ast
+import copy
+import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from quantladder import benchmarks, config, imatrix, schemas
 from quantladder.benchmarks.code.score import ScoreSettings
@@ -13,6 +22,53 @@ from quantladder.errors import ConfigError
 from quantladder.generation_policy import GenerationPolicy
 
 PACKAGE = Path(config.__file__).parent
+OVERLAYS = sorted(str(p.relative_to(config.REPO_ROOT)) for p in
+                  [config.REPO_ROOT / "config" / "full.yaml", *(config.REPO_ROOT / "config" / "examples").glob("*.yaml")])
+
+
+def _raw_default_config() -> dict:
+    return yaml.safe_load(config.DEFAULT_CONFIG.read_text())
+
+
+def _as_json(cfg: dict) -> str:
+    """Values and types (10 is not 10.0: a spec hash tells them apart), key order aside."""
+    return json.dumps(cfg, sort_keys=True)
+
+
+def test_the_default_config_says_only_what_differs_from_the_schema():
+    _, restated = schemas.strip_defaults(_raw_default_config())
+    assert not restated, (f"config/config.yaml restates the schema's default of {', '.join(restated)}: the schema is "
+                          "the one home of defaults, leave these keys out (validation fills them in)")
+
+
+def test_a_restated_default_is_named_down_to_its_key_and_leaving_it_out_changes_nothing():
+    raw = _raw_default_config()
+    fam = next(iter(raw["families"]))
+    raw["families"][fam]["chat"] = True                          # a family's key (additionalProperties)
+    raw["generation"] = {"noise_floor": {"enabled": True}, "wave_factor": 8}   # nested; 8 is no default
+    raw["benchmarks"]["ruler"]["essay"] = {"builtin": "pydoc-topics"}          # a default beside a $ref
+    raw["benchmarks"]["bfcl_haystack"]["haystack"] = {"seed": 0}  # emptied: the section's default fills it again
+    raw["benchmarks"]["humaneval"]["timeout_s"] = 10             # the default is 10.0: another value in a key
+    raw["benchmarks"]["arithmetic"]["enabled"] = False           # its default, but every section must say it
+    stripped, restated = schemas.strip_defaults(copy.deepcopy(raw))
+    assert sorted(restated) == sorted([f"families.{fam}.chat", "generation.noise_floor.enabled",
+                                       "benchmarks.ruler.essay", "benchmarks.bfcl_haystack.haystack.seed"])
+    assert stripped["generation"] == {"wave_factor": 8} and "haystack" not in stripped["benchmarks"]["bfcl_haystack"]
+    assert stripped["benchmarks"]["humaneval"]["timeout_s"] == 10
+    assert stripped["benchmarks"]["arithmetic"] == {"enabled": False}
+    assert _as_json(config.validate_config(stripped)) == _as_json(config.validate_config(raw))
+
+
+@pytest.mark.parametrize("overlay", [None, *OVERLAYS])
+def test_every_default_filled_in_is_filled_in_again_when_left_out(overlay):
+    """Validation fills a nested default only where its parent is: leaving out every key of a run's
+    config (the default's, and each shipped config laid over it) that equals its default, sections
+    emptied included, gives back the same config once filled, so config/config.yaml can say only what
+    differs whatever section it leaves out."""
+    filled = config.load_config([overlay] if overlay else [])
+    stripped, restated = schemas.strip_defaults(copy.deepcopy(filled))
+    assert "measures.speed.n_batch" in restated and "resources" not in stripped  # a section left at its defaults
+    assert _as_json(config.validate_config(stripped)) == _as_json(filled)
 
 
 @pytest.mark.parametrize("name", benchmarks.names())

@@ -350,7 +350,9 @@ def cluster():
 def test_config() -> dict:
     """Few chunks, few items; two task benchmarks, one with a sandboxed scoring step. Snakemake
     merges the default config under this one: its other families and benchmarks are switched off."""
-    default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    from pipeline_util import default_config
+
+    default = default_config()
     cfg: dict = {
         "card": CARD,
         "kv_types": ["f16"],

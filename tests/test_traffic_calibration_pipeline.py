@@ -5,14 +5,12 @@ the two parts measured as for every corpus (docs/your-tasks.md, "Calibrate on wh
 
 from __future__ import annotations
 
-import copy
 import json
 
 import pandas as pd
 import pytest
-import yaml
 
-from pipeline_util import REPO, snakemake, write_config
+from pipeline_util import REPO, default_config, snakemake, write_config
 
 from quantladder import card
 from quantladder.benchmarks.traffic import trafficfile
@@ -39,7 +37,7 @@ def run(tmp_path_factory):
     work = tmp_path_factory.mktemp("traffic-calib")
     logs = work / "logs.jsonl"
     traffic_file(logs)
-    cfg = copy.deepcopy(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
+    cfg = default_config()
     cfg["families"] = {name: ({**f, "rungs": [RUNG], "task_rungs": [],
                                "rung_options": {RUNG: {"type": "Q4_K_M", "imatrix": "support-en.calib"}}}
                               if name == FAM else {**f, "enabled": False})

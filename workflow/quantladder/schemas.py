@@ -3,7 +3,8 @@
 Every knob's default lives in its JSON Schema (``config/config.schema.yaml`` for the config,
 ``config/schemas/<benchmark>.schema.yaml`` for a benchmark section): validation fills it in, and
 Python code that meets a section nobody validated takes the same values from here
-(:func:`defaults`) instead of keeping its own copy.
+(:func:`defaults`) instead of keeping its own copy. ``config/config.yaml`` says only what the default
+run sets otherwise: :func:`strip_defaults` names any key of it that restates its schema default.
 
 A declaration on the ground floor: it reads YAML files and jsonschema, nothing of the package.
 """
@@ -11,6 +12,7 @@ A declaration on the ground floor: it reads YAML files and jsonschema, nothing o
 from __future__ import annotations
 
 import copy
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -77,3 +79,78 @@ def defaults(path: Path, *keys: str) -> dict:
     """What validation fills into an empty section: ``defaults(SCHEMA_PATH, "generation")`` is the
     ``generation:`` section's, ``defaults(benchmark_schema_path("bfcl"))`` a benchmark's."""
     return filled(path, {}, *keys)
+
+
+def _resolve(root: dict, node: dict) -> dict:
+    """``node`` with the schema its ``$ref`` points at (inside ``root``) under its own keys."""
+    while "$ref" in node:
+        target = root
+        for part in node["$ref"].removeprefix("#/").split("/"):
+            target = target[part]
+        node = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+    return node
+
+
+def _child(root: dict, node: dict, key: str) -> dict | None:
+    """The schema of ``key`` inside the object ``node`` describes (None: one it says nothing of)."""
+    if key in node.get("properties", {}):
+        return _resolve(root, node["properties"][key])
+    for pattern, sub in node.get("patternProperties", {}).items():
+        if re.search(pattern, key):
+            return _resolve(root, sub)
+    extra = node.get("additionalProperties")
+    return _resolve(root, extra) if isinstance(extra, dict) else None
+
+
+def _same(a, b) -> bool:
+    """Equal and of the same types throughout: 10 is not 10.0 (a spec hash tells them apart), nor true 1."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _fill(root: dict, node: dict, value):
+    """``value`` as validation fills it in where ``node`` (a schema inside ``root``) describes it."""
+    out = copy.deepcopy(value)
+    sub = {**{k: v for k, v in root.items() if k in ("$defs", "definitions", "$schema")}, **node}
+    for _ in filling_validator(sub).iter_errors(out):
+        pass
+    return out
+
+
+def _strip(root: dict, node: dict, inst: dict, path: tuple, found: list, keep: frozenset = frozenset()) -> dict:
+    out = {}
+    for key, value in inst.items():
+        where = (*path, key)
+        if path == ("benchmarks",) and isinstance(value, dict) and benchmark_schema_path(key).exists():
+            # a benchmark's section: its own schema, and the keys the config schema requires of every section
+            sub = load(benchmark_schema_path(key))
+            out[key] = _strip(sub, sub, value, where, found, frozenset((_child(root, node, key) or {}).get("required", ())))
+            continue
+        sub = _child(root, node, key)
+        required = key in keep or key in node.get("required", ())
+        if sub is None:
+            out[key] = value
+        elif "default" in sub and not required and _same(value, sub["default"]):
+            found.append(".".join(where))
+        elif isinstance(value, dict):
+            inner = _strip(root, sub, value, where, found)
+            # a section its stripping leaves at what its default fills in ({} most often): left out too
+            if required or "default" not in sub or not _same(_fill(root, sub, inner), _fill(root, sub, sub["default"])):
+                out[key] = inner
+        else:
+            out[key] = value
+    return out
+
+
+def strip_defaults(cfg: dict) -> tuple[dict, list[str]]:
+    """``cfg`` without the keys whose value is their schema default (a section each benchmark's own
+    schema), and those keys, dotted: validation fills the first into the config the second was. A key
+    that a schema requires stays, and a section emptied is left out where its default is ``{}``."""
+    root = load(SCHEMA_PATH)
+    found: list[str] = []
+    return _strip(root, root, cfg, (), found), found
