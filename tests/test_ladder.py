@@ -4,13 +4,15 @@ offline anchor gates, and the ladder a config describes."""
 
 import copy
 import json
+import re
 import shutil
 import subprocess
 
 import numpy as np
 import pytest
+import yaml
 
-from quantladder import anchors, gguf_meta, imatrix, ladder, llama_tools, models, tool_gates
+from quantladder import anchors, gguf_meta, imatrix, ladder, llama_tools, models, schemas, tool_gates
 from quantladder import config as qconfig
 from quantladder.corpora import materialize, pydoc_topics_text
 from quantladder.errors import ConfigError, ModelFileError
@@ -131,6 +133,62 @@ def test_speed_gate_noise_does_not_block_a_real_gap_does():
     assert many["t"] == pytest.approx(2.023, abs=1e-3) and many["status"] == "passed"
     with pytest.raises(Exception, match="at least 2 paired rounds"):
         anchors.judge_speed([1.0], [1.0], 5.0, "pp512")
+
+
+# -- the anchors file and the gates' settings: their schemas --------------------------------------
+
+ANCHORS = qconfig.REPO_ROOT / "config" / "anchors.yaml"
+SCHEMA_SAID = r" \(schema config/schemas/anchors\.schema\.yaml\)"
+
+
+def _anchors_file(tmp_path, mutate) -> str:
+    doc = yaml.safe_load(ANCHORS.read_text())
+    mutate(doc)
+    p = tmp_path / "anchors.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return str(p)
+
+
+def test_the_anchors_file_is_read_as_written_and_its_defaults_from_its_schema():
+    entries = anchors.load_entries(ANCHORS)
+    assert entries == yaml.safe_load(ANCHORS.read_text())["anchors"]  # as written: the entries key the gates
+    bare = {k: entries[0][k] for k in ("benchmark", "model", "metric", "published", "citation")}
+    got = anchors.entry_settings(bare)
+    schema = schemas.load(schemas.ANCHORS_SCHEMA_PATH)["$defs"]["entry"]["properties"]
+    assert {k: got[k] for k in ("tolerance", "requires_gpu", "chat", "n_parallel", "gpu_layers")} == {
+        k: schema[k]["default"] for k in ("tolerance", "requires_gpu", "chat", "n_parallel", "gpu_layers")}
+    assert "tolerance" not in bare  # a copy: the entry stays as written
+    assert anchors.cannot_run(bare, {"kind": "cpu"}) is None  # requires_gpu: the schema's false
+    assert "needs a GPU card" in anchors.cannot_run(entries[0], {"kind": "cpu", "label": "cpu"})
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["anchors"][2].pop("citation"),
+     r"anchors\[2\] \(ruler, Phi-3-mini-128K-instruct Q8_0 \(bartowski GGUF\)\): 'citation' is a required property"),
+    (lambda d: d["anchors"][0].update(tolerence=5),
+     r"anchors\[0\] \(bfcl, .*\): Additional properties are not allowed \('tolerence' was unexpected\)"),
+    (lambda d: d["anchors"][1].update(published="20.3"),
+     r"anchors\[1\] \(bigcodebench_hard, .*\): key published: '20\.3' is not of type 'number'"),
+    (lambda d: d["anchors"][0].update(n_parallel=2.0),
+     r"anchors\[0\] .*: key n_parallel: 2\.0 is not of type 'integer'"),
+    (lambda d: d["anchors"][0]["model"].pop("hf"),
+     r"anchors\[0\] .*: key model: .* is not valid under any of the given schemas \(the anchor model: .*exactly one "
+     r"of hf / path / package"),
+    (lambda d: d["anchors"][3]["model"]["hf"].pop("revision"),
+     r"anchors\[3\] .*: key model\.hf: 'revision' is a required"),
+    (lambda d: d.update(anchors={"benchmark": "bfcl"}), r"key anchors: .* is not of type 'array'"),
+])
+def test_a_bad_anchor_entry_is_refused_naming_the_file_the_entry_and_the_key(tmp_path, mutate, message):
+    path = _anchors_file(tmp_path, mutate)
+    with pytest.raises(ConfigError, match=rf"^{re.escape(path)}: {message}.*{SCHEMA_SAID}$"):
+        anchors.load_entries(path)
+
+
+def test_an_empty_anchors_file_has_no_entries_and_a_missing_one_is_named(tmp_path):
+    (tmp_path / "empty.yaml").write_text("# nothing anchored\n")
+    assert anchors.load_entries(tmp_path / "empty.yaml") == []
+    with pytest.raises(ConfigError, match=r"absent\.yaml: anchors file not found \(config key `anchors`\)"):
+        anchors.load_entries(tmp_path / "absent.yaml")
 
 
 # -- with the real tools and the real model ----------------------------------------------------

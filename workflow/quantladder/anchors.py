@@ -14,6 +14,7 @@ so that a benchmark that runs model-written code scores its anchor on the scorin
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import functools
 import statistics
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from . import HARNESS_VERSION, benchmarks, generation, scoring
+from . import HARNESS_VERSION, REPO_ROOT, benchmarks, generation, schemas, scoring
 from .benchmarks import Benchmark, Item, ScoringContext
 from .engine import Engine, EngineSettings
 from .errors import ConfigError, DataError, QuantladderError
@@ -29,8 +30,6 @@ from .io import GENERATIONS, JsonlFile, hash_obj, read_json, read_jsonl, write_j
 from .llama_tools import library_backend, library_version
 from .manifest import anchor_run_key, gate_settings
 from .models import resolve_source
-
-DEFAULT_TOLERANCE = 5.0
 
 # Measures with no published anchor that can be reproduced offline; said plainly in the report.
 NO_PUBLISHED_ANCHOR = {
@@ -46,18 +45,40 @@ NO_PUBLISHED_ANCHOR = {
 
 
 def load_entries(path: str | Path) -> list[dict]:
+    """The anchors file's entries, checked against its schema (config/schemas/anchors.schema.yaml): an
+    error names the file, the entry and the key. Returned as written, defaults not filled in: the
+    entries key the gates (manifest.anchor_key); :func:`entry_settings` reads one with its defaults."""
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"{p}: anchors file not found (config key `anchors`)")
-    doc = yaml.safe_load(p.read_text()) or {}
-    entries = doc.get("anchors", [])
-    if not isinstance(entries, list):
-        raise ConfigError(f"{p}: `anchors` must be a list")
-    for i, e in enumerate(entries):
-        for key in ("benchmark", "model", "metric", "published", "citation"):
-            if key not in e:
-                raise ConfigError(f"{p}: anchors[{i}] lacks `{key}`")
-    return entries
+    try:
+        doc = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML: {e}") from e
+    doc = {} if doc is None else doc
+    schema_file = schemas.ANCHORS_SCHEMA_PATH
+    errors = sorted(schemas.filling_validator(schemas.load(schema_file)).iter_errors(copy.deepcopy(doc)),
+                    key=lambda e: [str(x) for x in e.path])
+    if errors:
+        e = errors[0]
+        where, head = list(e.path), str(p)
+        if where[:1] == ["anchors"] and len(where) >= 2:  # inside an entry: which one, by benchmark and model
+            entry = doc["anchors"][where[1]]
+            model = entry.get("model") if isinstance(entry, dict) else None
+            named = [x for x in (entry.get("benchmark") if isinstance(entry, dict) else None,
+                                 model.get("label") if isinstance(model, dict) else None) if isinstance(x, str)]
+            head += f": anchors[{where[1]}]" + (f" ({', '.join(named)})" if named else "")
+            where = where[2:]
+        key = f": key {'.'.join(str(x) for x in where)}" if where else ""
+        said = f" ({e.schema['description']})" if e.validator == "oneOf" and "description" in e.schema else ""
+        raise ConfigError(f"{head}{key}: {e.message}{said} (schema {schema_file.relative_to(REPO_ROOT)})")
+    return doc.get("anchors", [])
+
+
+def entry_settings(entry: dict) -> dict:
+    """An anchors file's entry with its schema's defaults filled in (tolerance, requires_gpu, chat,
+    n_parallel, gpu_layers): a copy, the entry itself stays as written."""
+    return schemas.filled_def(schemas.ANCHORS_SCHEMA_PATH, "entry", entry)
 
 
 def _now() -> str:
@@ -66,7 +87,7 @@ def _now() -> str:
 
 def cannot_run(entry: dict, card_identity: dict) -> str | None:
     """Why an anchor entry is not reproduced on this card (None: it is)."""
-    if entry.get("requires_gpu", False) and card_identity.get("kind") != "gpu":
+    if entry_settings(entry)["requires_gpu"] and card_identity.get("kind") != "gpu":
         return f"anchor {entry['model'].get('label', '')} needs a GPU card; this is {card_identity.get('label')}"
     return None
 
@@ -100,7 +121,7 @@ def evaluate(benchmark: str, entries: list[dict], card_identity: dict, run_ancho
         return {**base, "status": "unanchored", "reason": reason}
     results = []
     for i, e in enumerate(mine):
-        tol = float(e.get("tolerance", DEFAULT_TOLERANCE))
+        tol = float(entry_settings(e)["tolerance"])
         why = cannot_run(e, card_identity)
         if why:
             results.append({"entry": e, "status": "unanchored", "reason": why})
@@ -156,13 +177,14 @@ def generate_replies(bench: Benchmark, entry: dict, cache_dir) -> dict:
     run = bench.anchor_bench(entry)
     model = str(resolve_source(entry["model"]))
     key = anchor_run_key(entry, run)
+    filled = entry_settings(entry)
     cache = Path(cache_dir) / key
     cache.mkdir(parents=True, exist_ok=True)
     source = run.fetch_source(str(cache / "source"))
-    items, _ = run.build_items(source, reference_gguf=model, family={"chat": entry.get("chat", True)})
+    items, _ = run.build_items(source, reference_gguf=model, family={"chat": filled["chat"]})
     JsonlFile(cache / "items.jsonl").write([it.to_json() for it in items])
-    n_par = int(entry.get("n_parallel", 1))
-    gpu_layers = int(entry.get("gpu_layers", 999))
+    n_par = int(filled["n_parallel"])
+    gpu_layers = int(filled["gpu_layers"])
     loop = generation.Loop(
         run, items, key=key, store_dir=cache,
         n_parallel=n_par, label=f"anchor {run.name} {entry['model'].get('label', model)}",

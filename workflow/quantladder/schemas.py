@@ -22,6 +22,7 @@ from . import REPO_ROOT
 
 SCHEMA_PATH = REPO_ROOT / "config" / "config.schema.yaml"
 SCHEMA_DIR = REPO_ROOT / "config" / "schemas"
+ANCHORS_SCHEMA_PATH = SCHEMA_DIR / "anchors.schema.yaml"  # the anchors file's (config key `anchors`)
 
 
 def benchmark_schema_path(name: str) -> Path:
@@ -59,6 +60,17 @@ def filling_validator(schema: dict):
     return jsonschema.validators.extend(validator_cls, {"properties": set_defaults}, type_checker=types)(schema)
 
 
+def _fill(root: dict, node: dict, value):
+    """A copy of ``value`` as validation fills it in where ``node`` (a schema inside ``root``) describes
+    it; validation errors (a required key, a bad value) are left to whoever validates."""
+    out = copy.deepcopy(value)
+    # the sub-schema keeps the root's $defs / definitions so that a $ref resolves
+    sub = {**{k: v for k, v in root.items() if k in ("$defs", "definitions", "$schema")}, **node}
+    for _ in filling_validator(sub).iter_errors(out):
+        pass
+    return out
+
+
 def filled(path: Path, section: dict | None, *keys: str) -> dict:
     """A copy of ``section`` with the defaults of the object at ``keys`` inside the schema at ``path``
     filled in, nested ones too, as validation fills them; validation errors (a required key, a bad
@@ -67,12 +79,14 @@ def filled(path: Path, section: dict | None, *keys: str) -> dict:
     node = schema
     for k in keys:
         node = node["properties"][k]
-    out = copy.deepcopy(section or {})
-    # the sub-schema keeps the root's $defs / definitions so that a $ref resolves
-    sub = {**{k: v for k, v in schema.items() if k in ("$defs", "definitions", "$schema")}, **node}
-    for _ in filling_validator(sub).iter_errors(out):
-        pass
-    return out
+    return _fill(schema, node, section or {})
+
+
+def filled_def(path: Path, name: str, value: dict) -> dict:
+    """A copy of ``value`` with the defaults of the schema's ``$defs/<name>`` filled in, nested ones
+    too (``filled_def(ANCHORS_SCHEMA_PATH, "entry", e)``: an anchors file's entry)."""
+    root = load(path)
+    return _fill(root, root["$defs"][name], value)
 
 
 def defaults(path: Path, *keys: str) -> dict:
@@ -113,15 +127,6 @@ def _same(a, b) -> bool:
     return a == b
 
 
-def _fill(root: dict, node: dict, value):
-    """``value`` as validation fills it in where ``node`` (a schema inside ``root``) describes it."""
-    out = copy.deepcopy(value)
-    sub = {**{k: v for k, v in root.items() if k in ("$defs", "definitions", "$schema")}, **node}
-    for _ in filling_validator(sub).iter_errors(out):
-        pass
-    return out
-
-
 def _strip(root: dict, node: dict, inst: dict, path: tuple, found: list, keep: frozenset = frozenset()) -> dict:
     out = {}
     for key, value in inst.items():
@@ -129,7 +134,8 @@ def _strip(root: dict, node: dict, inst: dict, path: tuple, found: list, keep: f
         if path == ("benchmarks",) and isinstance(value, dict) and benchmark_schema_path(key).exists():
             # a benchmark's section: its own schema, and the keys the config schema requires of every section
             sub = load(benchmark_schema_path(key))
-            out[key] = _strip(sub, sub, value, where, found, frozenset((_child(root, node, key) or {}).get("required", ())))
+            every = frozenset((_child(root, node, key) or {}).get("required", ()))
+            out[key] = _strip(sub, sub, value, where, found, every)
             continue
         sub = _child(root, node, key)
         required = key in keep or key in node.get("required", ())
