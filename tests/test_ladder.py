@@ -191,6 +191,21 @@ def test_an_empty_anchors_file_has_no_entries_and_a_missing_one_is_named(tmp_pat
         anchors.load_entries(tmp_path / "absent.yaml")
 
 
+def test_a_tool_gate_reads_its_schemas_defaults_under_what_the_config_sets():
+    """The speed gate fell back to 3 rounds and 3 repetitions of its own where the schema said otherwise:
+    a config that sets one key gets the schema's for the rest, validated or not."""
+    gates = schemas.load(schemas.SCHEMA_PATH)["properties"]["anchor_gates"]["properties"]
+    want = {m: {k: v["default"] for k, v in gates[m]["properties"].items()} for m in anchors.TOOL_GATES}
+    assert {m: anchors.tool_gate_settings({}, m) for m in anchors.TOOL_GATES} == want
+    cfg = {"anchor_gates": {"speed": {"rounds": 2}}}
+    assert anchors.tool_gate_settings(cfg, "speed") == {**want["speed"], "rounds": 2}
+    validated = qconfig.validate_config({**qconfig.load(validate=False), **cfg})
+    assert anchors.tool_gate_settings(validated, "speed") == validated["anchor_gates"]["speed"]
+    assert anchors.tool_gate_settings(validated, "speed") == anchors.tool_gate_settings(cfg, "speed")
+    assert not anchors.tool_gate_enabled({"anchor_gates": {"perplexity": {"enabled": False}}}, "perplexity")
+    assert anchors.tool_gate_enabled({}, "speed") and not anchors.tool_gate_enabled({}, "memory")
+
+
 # -- with the real tools and the real model ----------------------------------------------------
 
 

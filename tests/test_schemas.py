@@ -22,8 +22,8 @@ from quantladder.errors import ConfigError
 from quantladder.generation_policy import GenerationPolicy
 
 PACKAGE = Path(config.__file__).parent
-OVERLAYS = sorted(str(p.relative_to(config.REPO_ROOT)) for p in
-                  [config.REPO_ROOT / "config" / "full.yaml", *(config.REPO_ROOT / "config" / "examples").glob("*.yaml")])
+CONFIG_DIR = config.REPO_ROOT / "config"
+OVERLAYS = sorted(str(p.relative_to(config.REPO_ROOT)) for p in [CONFIG_DIR / "full.yaml", *CONFIG_DIR.glob("examples/*.yaml")])
 
 
 def _raw_default_config() -> dict:

@@ -233,30 +233,31 @@ def reproduce(bench: Benchmark, entry: dict, cache_dir="resources/anchors") -> f
 # of freedom (docs/ladder.md). A real gap blocks; noise of the size this machine makes does not.
 
 TOOL_GATES = {"perplexity": "llama-perplexity", "speed": "llama-bench"}
-TOOL_GATE_DEFAULTS = {"perplexity": {"enabled": True, "tolerance_pct": 0.1},
-                      "speed": {"enabled": True, "tolerance_pct": 5.0, "rounds": 3}}
+
+
 def tool_gate_settings(cfg: dict, measure: str) -> dict:
-    s = dict(TOOL_GATE_DEFAULTS.get(measure, {}))
-    s.update(((cfg.get("anchor_gates") or {}).get(measure)) or {})
-    return s
+    """The gate of ``measure`` (one of TOOL_GATES): ``anchor_gates.<measure>`` with the schema's defaults
+    (what validation fills in, filled here too for a config nobody validated)."""
+    return schemas.filled(schemas.SCHEMA_PATH, cfg.get("anchor_gates"), "anchor_gates")[measure]
 
 
 def tool_gate_enabled(cfg: dict, measure: str) -> bool:
-    return measure in TOOL_GATES and bool(tool_gate_settings(cfg, measure).get("enabled", True))
+    return measure in TOOL_GATES and bool(tool_gate_settings(cfg, measure)["enabled"])
 
 
 def tool_gate_key(cfg: dict, family: str, measure: str) -> str:
-    """What decides a tool gate's outcome: its settings, the measure's, the reference, the engine."""
+    """What decides a tool gate's outcome: its settings, the measure's, the reference, the engine
+    (``cfg`` validated: its defaults filled in)."""
     fam = cfg["families"][family]
     settings = gate_settings(cfg, measure)
     extra = {}
     if measure == "perplexity":
-        extra["corpus"] = (cfg.get("corpora") or {}).get(settings.get("corpus"))
+        extra["corpus"] = cfg["corpora"].get(settings.get("corpus"))
         extra["swa_full"] = True  # llama-perplexity runs with --swa-full (tool_gates.perplexity_command)
     return hash_obj({"gate": tool_gate_settings(cfg, measure), "settings": settings, **extra,
                      "family_source": fam["source"], "family_sha256": fam.get("sha256"),
-                     "reference": fam.get("reference", "F16"), "threads": cfg.get("threads", 0),
-                     "gpu_layers": cfg.get("gpu_layers", 0), "flash_attn": cfg.get("flash_attn"),
+                     "reference": fam["reference"], "threads": cfg["threads"],
+                     "gpu_layers": cfg["gpu_layers"], "flash_attn": cfg["flash_attn"],
                      "llama_cpp_python": library_version(), "backend": library_backend(),
                      "harness": HARNESS_VERSION})[:16]
 

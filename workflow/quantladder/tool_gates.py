@@ -80,7 +80,7 @@ def harness_perplexity(model: str, text: str, *, n_ctx: int, n_batch: int, chunk
 
 def _resolved_fa(cfg: dict) -> bool:
     """The flash-attention setting the harness uses for the reference point (f16 KV cache)."""
-    fa = cfg.get("flash_attn")
+    fa = cfg["flash_attn"]
     return bool(fa) if fa is not None else False
 
 
@@ -95,10 +95,11 @@ def _base(cfg, measure, family, card_label, tools, model, model_record, spec) ->
 
 def perplexity_gate(cfg: dict, *, family: str, card_label: str, tools: dict, model: str, model_record: dict,
                     corpus: str, threads: int, spec: str) -> dict:
+    # the validated config carries the schema's defaults: none is restated here
     gate = anchors.tool_gate_settings(cfg, "perplexity")
     s = cfg["measures"]["perplexity"]
-    kw = dict(n_ctx=int(s["n_ctx"]), n_batch=int(s["n_batch"]), chunks=int(s.get("max_chunks", 0)), threads=threads,
-              flash_attn=_resolved_fa(cfg), gpu_layers=int(cfg.get("gpu_layers", 0)))
+    kw = dict(n_ctx=int(s["n_ctx"]), n_batch=int(s["n_batch"]), chunks=int(s["max_chunks"]), threads=threads,
+              flash_attn=_resolved_fa(cfg), gpu_layers=int(cfg["gpu_layers"]))
     doc = _base(cfg, "perplexity", family, card_label, tools, model, model_record, spec)
     theirs = llama_perplexity(llama_tools.tool(tools, "llama-perplexity"), model, corpus, **kw)
     ours = harness_perplexity(model, Path(corpus).read_text(encoding="utf-8"), **kw)
@@ -138,7 +139,7 @@ def speed_gate(cfg: dict, *, family: str, card_label: str, tools: dict, model: s
               n_batch=int(s["n_batch"]), n_ubatch=int(s["n_ubatch"]), gpu_layers=int(cfg["gpu_layers"]))
     # the validated config carries the schema's defaults: none is restated here (it fell back to 3
     # repetitions where the schema says 5)
-    reps = int(gate.get("repetitions") or s["repetitions"])
+    reps = int(s["repetitions"] if gate["repetitions"] is None else gate["repetitions"])
     exe = llama_tools.tool(tools, "llama-bench")
     rounds = {"pp": ([], []), "tg": ([], [])}  # (ours, theirs) per-round means
     for _ in range(int(gate["rounds"])):  # interleaved: llama-bench, then the harness, each round
