@@ -143,6 +143,11 @@ def check_semantics(cfg: dict, source: str = "config") -> None:
         for pre in fam.get("prebuilt", {}):
             if pre in fam.get("rungs", []):
                 raise ConfigError(f"{source}: families.{name}: {pre!r} is both a made and a prebuilt rung")
+        for key, known in (("benchmarks", (cfg.get("benchmarks") or {})), ("measures", (cfg.get("measures") or {}))):
+            unknown = [b for b in fam.get(key) or [] if b not in known]
+            if unknown:
+                raise ConfigError(f"{source}: key families.{name}.{key}: {unknown} not among the config's {key} "
+                                  f"({', '.join(known)})")
     for kv in cfg.get("kv_types", ["f16"]):
         parse_kv(kv)
     # reasoning settings a family's template cannot honour, refused at planning where its file is here
@@ -174,8 +179,20 @@ def check_batch_invariant_config(cfg: dict, source: str = "config") -> None:
 
 
 def task_runs_for(cfg: dict, task: str, family: str) -> bool:
-    """A chat benchmark needs a chat template: a base model (``chat: false``) does not take it."""
-    return not (benchmarks.get(task).needs_chat and not cfg["families"][family].get("chat", True))
+    """A chat benchmark needs a chat template: a base model (``chat: false``) does not take it; a family
+    that lists its ``benchmarks`` takes those only."""
+    fam = cfg["families"][family]
+    listed = fam.get("benchmarks")
+    if listed is not None and task not in listed:
+        return False
+    return not (benchmarks.get(task).needs_chat and not fam.get("chat", True))
+
+
+def measure_runs_for(cfg: dict, measure: str, family: str) -> bool:
+    """A per-point measure runs on every family but one that lists its ``measures`` without it (a family
+    whose weights another family measures already: the offline thinking family, docs/thinking.md)."""
+    listed = (cfg["families"][family] or {}).get("measures")
+    return listed is None or measure in listed
 
 
 def noise_floor_enabled(cfg: dict) -> bool:

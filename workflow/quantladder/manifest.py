@@ -110,6 +110,9 @@ def spec(cfg: dict, card: str, family: str, rung: str, kv: str, benchmark: str, 
         named = (cfg["families"][family] or {}).get("reasoning_format")
         if named:  # a family's reasoning format named in config (docs/thinking.md): only then in the key
             s["reasoning_format"] = named
+        own = (cfg["families"][family] or {}).get("reasoning")
+        if own:  # the family's own reasoning keys over the run's (reasoning.family_generation): only where set
+            s["family_reasoning"] = own
     if extra:
         s["extra"] = extra
     return s

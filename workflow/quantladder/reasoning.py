@@ -785,10 +785,21 @@ def utf8_is_complete(piece: bytes) -> bool:
 THINKING_CAP = "thinking_cap"  # the verdict's error_type of a reply that ended inside its thinking
 
 
+def family_generation(cfg: dict, family: str | None) -> dict:
+    """The generation section a family's replies are made with: the run's, with the family's own
+    reasoning keys over it (``families.<f>.reasoning``: a thinking family beside families that cannot
+    think, in one run)."""
+    g = dict(cfg.get("generation") or {})
+    own = (((cfg.get("families") or {}).get(family) or {}).get("reasoning") or {}) if family else {}
+    g.update({k: v for k, v in own.items() if v is not None})
+    return g
+
+
 def is_set(cfg: dict, family: str | None = None) -> bool:
-    """Whether the config sets any reasoning key (or, with ``family``, names the family's format):
-    only then do the settings enter a point's generation key and refuse what a family cannot do."""
-    g = cfg.get("generation") or {}
+    """Whether the config sets any reasoning key (or, with ``family``, names the family's format or
+    sets its own keys): only then do the settings enter a point's generation key and refuse what a
+    family cannot do."""
+    g = family_generation(cfg, family)
     if any(g.get(k) is not None for k in KEYS):
         return True
     return bool(family and (((cfg.get("families") or {}).get(family) or {}).get("reasoning_format")))
@@ -828,7 +839,7 @@ def setup_for(cfg: dict, family: str, template: str | None, source: str = "confi
     honour is a ConfigError naming the family and the key (:func:`check_family`). A base model
     (``chat: false``) renders no template: the settings do not apply to it (format ``none``, nothing set)."""
     fam = (cfg.get("families") or {}).get(family) or {}
-    settings = validate_generation(cfg.get("generation"), source)
+    settings = validate_generation(family_generation(cfg, family), source)
     if not fam.get("chat", True):
         return Setup(family, FORMATS["none"], settings, False)
     fmt = family_format(template, fam.get("reasoning_format"),

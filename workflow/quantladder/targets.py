@@ -44,9 +44,10 @@ def tasks(cfg: dict) -> list[str]:
 
 
 def point_measures(cfg: dict, family: str, rung: str) -> list[str]:
-    """A point's measures and benchmarks: every measure; the task benchmarks on the family's
-    `task_rungs` (and its reference) that the family can take (a base model takes no chat exam)."""
-    out = measures(cfg)
+    """A point's measures and benchmarks: every measure the family takes (all, unless it lists its
+    `measures`); the task benchmarks on the family's `task_rungs` (and its reference) that the family
+    can take (a base model takes no chat exam; a family that lists its `benchmarks` takes those)."""
+    out = [m for m in measures(cfg) if qconfig.measure_runs_for(cfg, m, family)]
     if qconfig.runs_tasks(cfg, family, rung):
         out += [t for t in tasks(cfg) if qconfig.task_runs_for(cfg, t, family)]
     return out
