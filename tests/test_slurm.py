@@ -445,7 +445,7 @@ def _slurm_jobs() -> list[dict]:
         rule = comment[len("rule_"):].split("_wildcards_")[0] if comment.startswith("rule_") else None
         gres = f.get("TresPerJob", "") + f.get("TresPerNode", "")
         jobs.append({"id": f["JobId"], "partition": f.get("Partition"), "gres": gres, "rule": rule,
-                     "state": f.get("JobState")})
+                     "state": f.get("JobState"), "target": comment})
     return jobs
 
 
@@ -572,8 +572,10 @@ def test_ladder_on_slurm(cluster, tmp_path):
         o: (hashlib.sha256((wd / o).read_bytes()).hexdigest(), (wd / o).stat().st_mtime_ns)
         for o in _finished_outputs(run1.read_text()) if POINT_OUTPUT.match(o)}
     assert finished_before_kill
-    # Jobs the dead head submitted keep running on the cluster; let them end before the rerun.
-    _wait_queue_empty()
+    # Jobs the dead head submitted keep running on the cluster; let them end before the rerun (they run
+    # one after another on the test node: up to about 5 minutes on a loaded 2-core runner). Cancelling
+    # them instead was measured slower (12.5 min for the test against 6.5): the rerun redoes their work.
+    _wait_queue_empty(timeout=600)
 
     # 2. Rerun: unlock (a killed head leaves its lock), then the same command.
     _sh(*_slurm_cmd(wd), "--unlock", cwd=wd, env=_env(site), timeout=120)
@@ -609,7 +611,13 @@ def test_ladder_on_slurm(cluster, tmp_path):
             assert j["partition"] == "sandbox" and "gpu" not in j["gres"], j
     assert any(is_scoring(j) and j["partition"] == "sandbox" for j in jobs), \
         f"no scoring job ran on the sandbox partition: {jobs}"
-    assert all(j["state"] == "COMPLETED" for j in jobs if j["rule"] in loaders or is_scoring(j)), jobs
+    # every measuring job's last attempt completed; an earlier one may have stopped at its Slurm time
+    # limit (TIMEOUT, on a loaded node: the budget resumes it in the next attempt)
+    measuring = sorted((j for j in jobs if j["rule"] in loaders or is_scoring(j)), key=lambda j: int(j["id"]))
+    last = {j["target"]: j for j in measuring}
+    assert all(j["state"] == "COMPLETED" for j in last.values()), [j for j in last.values() if j["state"] != "COMPLETED"]
+    assert all(j["state"] in ("COMPLETED", "TIMEOUT") for j in measuring), \
+        [j for j in measuring if j["state"] != "COMPLETED"]
 
     # 4. The same ladder on one machine gives the same figures.
     wl = _workdir(tmp_path, "local")
