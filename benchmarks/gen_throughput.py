@@ -57,14 +57,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -193,59 +190,30 @@ def ours(model, *, pp, tg, pl, threads, fa, n_batch, gpu_layers, seed, repack=Tr
 
 # -- llama-server ---------------------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _post(url: str, body: dict, timeout: float) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.loads(r.read())
-
-
 def server(exe, model, prompts, *, tg, pl, n_ctx_seq, threads, fa, n_batch, n_ubatch, gpu_layers,
            repack=True, timeout=1800.0) -> dict:
     """llama-server -np B on loopback, B concurrent greedy /completion requests of ``prompts``
     (token ids), each to T tokens; S_TG from the server's own timings, the end-to-end figure from
     the wall time of the whole set."""
-    port = _free_port()
-    cmd = [exe, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-np", str(pl),
-           "-c", str(pl * n_ctx_seq), "--no-kv-unified", "-b", str(n_batch), "-ub", str(n_ubatch), "-t", str(threads),
-           "-tb", str(threads), "-fa", fa, "-ngl", str(gpu_layers), "-cram", "0", "--no-webui", "-fit", "off",
-           "--threads-http", str(max(4, min(pl, 64)))] + ([] if repack else ["--no-repack"])
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
+    from quantladder.llama_server import LlamaServer, ServerError
 
-    def log_tail() -> str:
-        log.seek(0)
-        return log.read().decode(errors="replace")[-3000:]
-
+    args = ["-m", str(model), "-np", str(pl), "-c", str(pl * n_ctx_seq), "--no-kv-unified", "-b", str(n_batch),
+            "-ub", str(n_ubatch), "-t", str(threads), "-tb", str(threads), "-fa", fa, "-ngl", str(gpu_layers),
+            "-cram", "0", "--no-webui", "-fit", "off", "--threads-http", str(max(4, min(pl, 64)))]
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit(f"llama-server exited with {proc.returncode} ({' '.join(cmd)}):\n{log_tail()}")
-            try:
-                with urllib.request.urlopen(base + "/health", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit(f"llama-server did not become ready in 300 s:\n{log_tail()}")
-            time.sleep(0.2)
+        srv = LlamaServer(exe, args + ([] if repack else ["--no-repack"]), ready_s=300).start()
+    except ServerError as e:
+        raise SystemExit(str(e)) from None
+    try:
         body = {"n_predict": tg, "ignore_eos": True, "temperature": 0.0, "top_k": 1, "cache_prompt": False,
                 "stream": False}
-        _post(base + "/completion", {**body, "prompt": list(prompts[0][:16]), "n_predict": 4}, timeout)  # warm-up
+        srv.post("/completion", {**body, "prompt": list(prompts[0][:16]), "n_predict": 4}, timeout)  # warm-up
         out: list = [None] * pl
         errors: list[str] = []
 
         def one(i):
             try:
-                out[i] = _post(base + "/completion", {**body, "prompt": list(prompts[i])}, timeout)
+                out[i] = srv.post("/completion", {**body, "prompt": list(prompts[i])}, timeout)
             except Exception as e:  # noqa: BLE001 -- reported below with the server's log
                 errors.append(f"request {i}: {type(e).__name__}: {e}")
 
@@ -257,7 +225,7 @@ def server(exe, model, prompts, *, tg, pl, n_ctx_seq, threads, fa, n_batch, n_ub
             t.join()
         wall = time.perf_counter() - t0
         if errors:
-            raise SystemExit(f"llama-server: {len(errors)} of {pl} requests failed ({errors[0]}):\n{log_tail()}")
+            raise SystemExit(f"llama-server: {len(errors)} of {pl} requests failed ({errors[0]}):\n{srv.tail()}")
         n = [int(r["timings"]["predicted_n"]) for r in out]
         if any(x != tg for x in n):
             raise SystemExit(f"llama-server generated {n} tokens, not {tg} each")
@@ -265,13 +233,7 @@ def server(exe, model, prompts, *, tg, pl, n_ctx_seq, threads, fa, n_batch, n_ub
         return {"s_tg": sum(n) / t_gen, "s_e2e": sum(n) / wall, "t_tg": t_gen,
                 "s_pp": pl * len(prompts[0]) / (max(float(r["timings"]["prompt_ms"]) for r in out) / 1000)}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        srv.close()
 
 
 SIDE_NAMES = {"lb": "llama-batched-bench", "ql": "quantladder", "qb": "quantladder (backend selection)",

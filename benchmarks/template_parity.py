@@ -27,13 +27,9 @@ import argparse
 import copy
 import functools
 import json
-import socket
-import subprocess
 import tarfile
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -41,6 +37,7 @@ from _common import REPO, fmt_table
 
 from quantladder import reasoning as R
 from quantladder.errors import QuantladderError
+from quantladder.llama_server import LlamaServer
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city now.",
@@ -127,57 +124,16 @@ def special_texts(model: Path) -> tuple[str, str]:
     return text("tokenizer.ggml.bos_token_id"), text("tokenizer.ggml.eos_token_id")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
+class Server(LlamaServer):
     """One llama-server on loopback with one chat template; ``apply(body)`` is its /apply-template."""
 
     def __init__(self, exe: str | Path, model: Path, template: Path, log: Path):
-        self.cmd = [str(exe), "--jinja", "--chat-template-file", str(template), "-m", str(model),
-                    "--host", "127.0.0.1", "-t", "1", "-c", "256", "-np", "1", "--no-warmup"]
-        self.log = log
-
-    def __enter__(self) -> Server:
-        for _ in range(3):  # a port taken between the probe and the bind: another one
-            self.port = _free_port()
-            with open(self.log, "w") as log:
-                self.proc = subprocess.Popen(self.cmd + ["--port", str(self.port)], stdout=log,
-                                             stderr=subprocess.STDOUT)
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and self.proc.poll() is None:
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1) as r:
-                        if r.status == 200:
-                            return self
-                except (urllib.error.URLError, ConnectionError, TimeoutError):
-                    time.sleep(0.05)
-            self.close()
-        raise RuntimeError(f"llama-server did not start: {' '.join(self.cmd)}\n{self.log.read_text()[-3000:]}")
+        super().__init__(exe, ["--jinja", "--chat-template-file", str(template), "-m", str(model), "-t", "1",
+                               "-c", "256", "-np", "1", "--no-warmup"], log=log, ready_s=60)
 
     def apply(self, body: dict) -> tuple[bool, str]:
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/apply-template", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=60) as r:
-                return True, json.loads(r.read())["prompt"]
-        except urllib.error.HTTPError as e:
-            return False, e.read().decode(errors="replace")[:500]
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+        status, got = self.request("/apply-template", body, timeout=60)
+        return (True, got["prompt"]) if status == 200 else (False, str(got)[:500])
 
 
 @functools.lru_cache(maxsize=16)

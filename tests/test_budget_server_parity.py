@@ -30,13 +30,6 @@ as the setting means. The test holds both: the engine's forced end at once, the 
 
 from __future__ import annotations
 
-import json
-import socket
-import subprocess
-import tempfile
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -45,6 +38,7 @@ from quantladder import llama_tools, models
 from quantladder import reasoning as R
 from quantladder.benchmarks.base import Benchmark
 from quantladder.engine import Engine, EngineSettings
+from quantladder.llama_server import LlamaServer
 from test_reasoning_engine import thinking_copy
 
 QUESTION = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
@@ -86,59 +80,16 @@ def engines(copies):
         e.close()
 
 
-def _post(url: str, body: dict) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        return json.loads(r.read())
-
-
-class Server:
+class Server(LlamaServer):
     """llama-server on loopback for one GGUF and one ``--reasoning-budget``: one slot, the engine's
     context, batch, micro-batch and threads, flash attention off as the engine's f16 cache has it,
     its RAM prompt cache off; the default reasoning format (``auto``), as a user runs it."""
 
     def __init__(self, exe: Path, model: Path, budget: int, message: str):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        self.base = f"http://127.0.0.1:{port}"
-        self.cmd = [str(exe), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "--jinja", "-np", "1",
-                    "-c", str(N_CTX), "-b", str(N_BATCH), "-ub", str(N_BATCH), "-t", str(THREADS), "-tb", str(THREADS),
-                    "-fa", "off", "-ngl", "0", "-cram", "0", "--no-webui", "-fit", "off",
-                    "--reasoning-budget", str(budget)] + (["--reasoning-budget-message", message] if message else [])
-        self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
-
-    def tail(self) -> str:
-        self.log.seek(0)
-        return self.log.read().decode(errors="replace")[-3000:]
-
-    def wait(self) -> Server:
-        deadline = time.monotonic() + 120
-        while True:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"llama-server exited with {self.proc.returncode}:\n{self.tail()}")
-            try:
-                with urllib.request.urlopen(self.base + "/health", timeout=5) as r:
-                    if r.status == 200:
-                        return self
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"llama-server not ready in 120 s:\n{self.tail()}")
-            time.sleep(0.1)
-
-    def post(self, path: str, body: dict) -> dict:
-        return _post(self.base + path, body)
-
-    def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
+        super().__init__(exe, ["-m", str(model), "--jinja", "-np", "1", "-c", str(N_CTX), "-b", str(N_BATCH),
+                               "-ub", str(N_BATCH), "-t", str(THREADS), "-tb", str(THREADS), "-fa", "off", "-ngl", "0",
+                               "-cram", "0", "--no-webui", "-fit", "off", "--reasoning-budget", str(budget)]
+                         + (["--reasoning-budget-message", message] if message else []))
 
 
 def _first_difference(a, b) -> int:
@@ -175,7 +126,7 @@ def test_reply_is_llama_servers_and_the_end_is_forced_at_the_budget(server_exe, 
     ours = out[0]
     rec = ours.reasoning
 
-    srv = Server(server_exe, copies[variant], budget, message).wait()
+    srv = Server(server_exe, copies[variant], budget, message).start()
     try:
         kwargs = eng.reasoning.kwargs  # what our renderer gave the template (enable_thinking)
         # the same prompt: the server's rendering, its tokens, and the generation prompt both
