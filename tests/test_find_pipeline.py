@@ -53,7 +53,7 @@ def test_walk_measures_only_visited_rungs(walked):
     assert level == ans["levels"]["down"] and f["bound"] <= 0.2
     # the bound, by hand from the pass's row: the chunk-level t bound on G − 1 df, widened for the KLD's
     # skew (the lognormal GCI of its chunk means) — never the per-token z bound
-    row = next(r for r in read_json(points / ans["rung"] / "f16" / "perplexity" / "metrics.json")["rows"]
+    row = next(r for r in read_json(points / ans["rung"] / "f16" / "perplexity" / "manual-es-n256" / "metrics.json")["rows"]
                if r["metric"] == "kld_mean" and r["subset"] == "manual-es")
     rec = row["interval"]
     t_bound = f["value"] + t_dist.ppf(1 - level, rec["n_chunks"] - 1) * f["stderr"]

@@ -196,7 +196,7 @@ def test_an_item_at_the_trained_context_scores_and_stays_in_its_kv_budget(tmp_pa
     from quantladder.gguf_meta import read_info
     from quantladder.kv_policy import kv_cache_bytes
 
-    cfg = yaml.safe_load((repo_root / "config" / "config.yaml").read_text())
+    cfg = qconfig.load(repo_root / "config" / "config.yaml")  # the schema's defaults filled in
     cfg["benchmarks"]["ruler"] = {"enabled": True, "tasks": ["vt"], "lengths": ["trained"], "samples": 1, "seed": 42}
     env = {**os.environ, "PYTHONPATH": str(repo_root / "workflow")}
     proc = subprocess.run([sys.executable, "-c", _TRAINED_JOB, str(smollm_q8), str(tmp_path), json.dumps(cfg)],
