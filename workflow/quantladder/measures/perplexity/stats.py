@@ -10,7 +10,7 @@ import numpy as np
 from ... import metrics
 from ...corpora import ngram_overlap
 from ...errors import DataError
-from ...stats.tokens import token_delta, token_mean, token_share
+from ...stats.tokens import ppl_ratio, token_delta, token_mean, token_share
 
 PERCENTILES = [("max", 1.0), ("p99_9", 0.999), ("p99", 0.99), ("p95", 0.95), ("p90", 0.90),
                ("median", 0.5), ("p10", 0.10), ("p5", 0.05), ("p1", 0.01), ("p0_1", 0.001), ("min", 0.0)]
@@ -67,10 +67,11 @@ def summarize(res: dict) -> dict:
         s[f"dp_{name}"] = float(np.quantile(dp, q))
     if res.get("chunk_rows"):
         labels = np.repeat(np.arange(len(res["chunk_rows"])), res["chunk_rows"])
-        ln = token_delta(nll, nb, labels).to_dict()
-        ratio = {**ln, "estimate": math.exp(ln["estimate"]), "stderr": math.exp(ln["estimate"]) * ln["stderr"],
-                 "ci_low": math.exp(ln["ci_low"]), "ci_high": math.exp(ln["ci_high"])}
-        s["clustered"] = {"ln_ppl_ratio": ln, "ppl_ratio": ratio,
+        ln = token_delta(nll, nb, labels)
+        r = ppl_ratio(ln)  # the ratio's interval is the log-ratio's through exp (not a figure of its own)
+        ratio = {"estimate": r["ppl_ratio"], "stderr": r["ppl_ratio"] * ln.stderr, "ci_low": r["ci_low"],
+                 "ci_high": r["ci_high"], "level": r["level"], "n_chunks": ln.n_chunks, "method": "exp of ln_ppl_ratio's"}
+        s["clustered"] = {"ln_ppl_ratio": ln.to_dict(), "ppl_ratio": ratio,
                           "kld_mean": token_mean(kld, labels, positive=True).to_dict(),
                           "same_top_token": token_share(res["same_top"], labels).to_dict()}
     return s
