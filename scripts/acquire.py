@@ -10,39 +10,41 @@ from quantladder.io import read_json, write_json
 from quantladder.scriptutil import main, mock_from_argv
 
 
+def _with_template(record: dict, gguf: str, text: str) -> dict:
+    """The acquired copy rewritten with chat template ``text``: its record's hash and info are the copy's,
+    the file's own hash kept as ``sha256_source``."""
+    models.write_chat_template(gguf, gguf, text)
+    record = {**record, "sha256_source": record["sha256"], "sha256": models.sha256_file(gguf)}
+    record["info"] = {**models.read_info(gguf).as_dict(), "path": str(gguf)}
+    return record
+
+
 def run(smk):
     spec = json.loads(smk.params.source)
-    record = models.acquire(spec["source"], smk.output.gguf, sha256=spec.get("sha256"))  # with its GGUF's info
-    if smk.rule == "acquire_prebuilt":
-        spec = {k: v for k, v in spec.items() if k != "chat_template"}  # own | reference: below, after the check
-    if spec.get("chat_template"):  # families.<f>.chat_template: the source's copy with that template
-        w = smk.wildcards
-        text, rec = models.chat_template_text(spec["chat_template"], f"families.{w.family}.chat_template")
-        models.write_chat_template(smk.output.gguf, smk.output.gguf, text)
-        record = {**record, "chat_template": rec, "sha256_source": record["sha256"],
-                  "sha256": models.sha256_file(smk.output.gguf)}
-        record["info"] = {**models.read_info(smk.output.gguf).as_dict(), "path": str(smk.output.gguf)}
-    if smk.rule == "acquire_prebuilt":
-        w = smk.wildcards
-        where = f"families.{w.family}.prebuilt.{w.rung}"
-        pre = json.loads(smk.params.source)
-        try:  # headers only: a fraction of a second
-            template = None
-            if pre.get("chat_template", "own") == "reference":  # the reference's template in the rung's copy
-                text, template = provenance.reference_template(smk.input.reference, smk.output.gguf, where=where)
-                if template["own_differs"]:
-                    models.write_chat_template(smk.output.gguf, smk.output.gguf, text)
-                    record = {**record, "sha256_source": record["sha256"],
-                              "sha256": models.sha256_file(smk.output.gguf)}
-                    record["info"] = {**models.read_info(smk.output.gguf).as_dict(), "path": str(smk.output.gguf)}
-            p = provenance.check(provenance.compare(smk.input.reference, smk.output.gguf), spec.get("accept") or [],
-                                 where=where, path=str(smk.output.gguf))
-        except QuantladderError:
-            os.unlink(smk.output.gguf)  # a blocked file is not left where the ladder would measure it
-            raise
-        ref = read_json(smk.input.reference_info)
-        record["provenance"] = {"reference": {"path": str(smk.input.reference), "sha256": ref.get("sha256")}, **p,
-                                "chat_template": template or {"from": "own"}}
+    w = smk.wildcards
+    gguf = smk.output.gguf
+    record = models.acquire(spec["source"], gguf, sha256=spec.get("sha256"))  # with its GGUF's info
+    if smk.rule == "acquire_source":
+        if spec.get("chat_template"):  # families.<f>.chat_template: the source's copy with that template
+            text, rec = models.chat_template_text(spec["chat_template"], f"families.{w.family}.chat_template")
+            record = _with_template({**record, "chat_template": rec}, gguf, text)
+        write_json(smk.output.info, record)
+        return
+    where = f"families.{w.family}.prebuilt.{w.rung}"
+    try:  # headers only: a fraction of a second
+        template = {"from": "own"}
+        if spec.get("chat_template", "own") == "reference":  # the reference's template in the rung's copy
+            text, template = provenance.reference_template(smk.input.reference, gguf, where=where)
+            if template["own_differs"]:
+                record = _with_template(record, gguf, text)
+        p = provenance.check(provenance.compare(smk.input.reference, gguf), spec.get("accept") or [],
+                             where=where, path=str(gguf))
+    except QuantladderError:
+        os.unlink(gguf)  # a blocked file is not left where the ladder would measure it
+        raise
+    ref = read_json(smk.input.reference_info)
+    record["provenance"] = {"reference": {"path": str(smk.input.reference), "sha256": ref.get("sha256")}, **p,
+                            "chat_template": template}
     write_json(smk.output.info, record)
 
 
