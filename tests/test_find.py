@@ -63,7 +63,10 @@ def test_spec_defaults(cfg):
     ({"reference": "Q3_K_S"}, "find.reference: 'Q3_K_S' is not a rung"),
     ({"rungs": ["Q9_K"]}, "find.rungs: ['Q9_K'] not in"),
     ({"rungs": ["Q8_0"]}, "find.rungs: no candidate below the reference Q8_0"),
-    ({"alpha": 0.7}, "find.alpha: a one-sided level in (0, 0.5)"),
+    ({"alpha": 0.7}, "find.alpha: 0.7 is greater than or equal to the maximum of 0.5 (one-sided level"),
+    ({"alpha": "low"}, "find.alpha: 'low' is not of type 'number'"),
+    ({"parallel": 0}, "find.parallel: 0 is less than the minimum of 1"),
+    ({"start": None}, "find.start: None is not of type 'string'"),
     ({"kv": "q4_0"}, "find.kv: 'q4_0' is not a KV type"),
     ({"colour": "red"}, "find: unknown keys ['colour']"),
 ])
@@ -91,7 +94,7 @@ def test_cli_errors_name_the_key(tmp_path, capsys):
 def _state(cfg, n=6, start="R2", fits=None, alpha=0.025, strategy="auto"):
     """A walk over rungs R0 (most bits) ... R{n-1}, from sidecar infos made by hand."""
     sp = qfind.Spec(FAM, "REF", 1 << 30, "1GiB", 4096, "f16", (), tuple(f"R{i}" for i in range(n)), start, alpha,
-                    strategy)
+                    strategy, None, 1)
     cands = [{"rung": f"R{i}", "order": i, "bits_per_weight": 8.0 - i, "weights_bytes": 100, "kv_bytes": 10,
               "predicted_bytes": 110, "fits": True if fits is None else fits[i]} for i in range(n)]
     return qfind.start(sp, cands)

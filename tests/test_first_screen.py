@@ -96,7 +96,7 @@ def _spec(rows, accept):
     fig = qfind.Figure(f"kld:{CORPUS}<={accept:g}", "perplexity", "kld_mean", CORPUS, accept, "nats", False)
     # the largest candidate first: the whole level down a fixed sequence, the dataset's 95 % intervals
     order = sorted((r for r in rows if r != "F16"), key=lambda r: (-rows[r].bits_per_weight, r))
-    return qfind.Spec(FAM, "F16", 1 << 40, "1TiB", 4096, "f16", (fig,), tuple(order), order[0], 0.025, "step")
+    return qfind.Spec(FAM, "F16", 1 << 40, "1TiB", 4096, "f16", (fig,), tuple(order), order[0], 0.025, "step", None, 1)
 
 
 @pytest.fixture(scope="module")

@@ -251,7 +251,8 @@ def _walk_files(root: Path, df, cfg: dict, rungs, f16: Path) -> None:
 def _spec(rungs, **kw) -> qfind.Spec:
     mk = make_fixture_module()
     fig = qfind.Figure(f"kld:{mk.KLD_CORPUS}<=0.5", "perplexity", "kld_mean", mk.KLD_CORPUS, 0.5, "nats", False)
-    return qfind.Spec(FAM, "F16", 1 << 40, "1TiB", 4096, "f16", (fig,), tuple(rungs), rungs[0], 0.025, "step", **kw)
+    return qfind.Spec(FAM, "F16", 1 << 40, "1TiB", 4096, "f16", (fig,), tuple(rungs), rungs[0], 0.025, "step",
+                      **{"min_tps": None, "parallel": 1, **kw})
 
 
 def _walk(root: Path, cfg: dict, sp: qfind.Spec) -> dict:
@@ -350,7 +351,7 @@ def test_find_speed_floor_on_speeds_measured_here(smollm_q8, smollm_q4km, smollm
     rows = {r: speed.metric_rows(speed.measure(str(p), n_prompt=0, n_gen=32, repetitions=3, n_threads=2))
             for r, p in files.items()}
     sp = qfind.Spec("smollm2", "F16", 1 << 40, "1TiB", 2048, "f16", (), tuple(files), "Q8_0", 0.025, "step",
-                    min_tps=1.0)
+                    min_tps=1.0, parallel=1)
     infos = {r: read_info(str(p)).__dict__ for r, p in files.items()}
     infos["F16"] = {**infos["Q8_0"], "bits_per_weight": 16.0}
     speeds = {r: dv.speed_at(rows[r], sp.ctx) for r in files}

@@ -123,10 +123,10 @@ def test_find_and_recommend_read_the_thinking_of_the_run(run):
     cfg = load_config(files)
     sp = qfind.spec(cfg, {"family": FAM, "mem": "1TiB", "ctx": 1024, "reference": "F16", "rungs": ["Q4_K_M"],
                           "accept": "think_close>=-50pt, think_cap<=50pt"})
-    ev = qfind.evidence(sp, cfg, CARD, "Q4_K_M", qfind.ALPHA, root=wd)
+    ev = qfind.evidence(sp, cfg, CARD, "Q4_K_M", sp.alpha, root=wd)
     got = {f["figure"]: f for f in ev["figures"]}
     close = got["arithmetic:think_close_rate"]
-    d = thinking.paired_figure("think_close_rate", _gens(wd, "F16"), _gens(wd, "Q4_K_M"), level=1 - 2 * qfind.ALPHA)
+    d = thinking.paired_figure("think_close_rate", _gens(wd, "F16"), _gens(wd, "Q4_K_M"), level=1 - 2 * sp.alpha)
     assert (close["ci_low"], close["ci_high"]) == pytest.approx((d["ci_low"], d["ci_high"]))
     # 6 items with no closure change: within 50 points, not within 2
     assert close["state"] == "non-inferior"

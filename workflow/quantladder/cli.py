@@ -32,6 +32,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from . import schemas
 from .errors import QuantladderError
 
 
@@ -98,15 +99,19 @@ def parser() -> argparse.ArgumentParser:
                     help="losses accepted, comma-separated: BENCH[:METRIC]>=-2pt, kld:CORPUS<=NATS, "
                          "ppl_ratio:CORPUS<=RATIO, think_close>=-2pt, think_cap<=2pt, think_tokens<=1.25x "
                          "(repeatable; required)")
-    fd.add_argument("--reference", help="the task figures' reference rung (default Q8_0)")
+    find = schemas.load(schemas.SCHEMA_PATH)["definitions"]["find"]["properties"]  # the defaults' one home
+    fd.add_argument("--reference", help=f"the task figures' reference rung (default {find['reference']['default']})")
     fd.add_argument("--min-tps", type=float, help="speed floor: generation tokens/s of one sequence at --ctx, as each "
                     "candidate's speed point measured it (every candidate gets one)")
-    fd.add_argument("--parallel", type=int, help="sequences generated at a time the speed floor is for (default 1)")
+    fd.add_argument("--parallel", type=int, help="sequences generated at a time the speed floor is for "
+                    f"(default {find['parallel']['default']})")
     fd.add_argument("--rungs", help="candidate rungs, comma-separated (default: the family's ladder)")
-    fd.add_argument("--start", help="where the walk starts (default Q4_K_M, or the nearest candidate)")
-    fd.add_argument("--alpha", type=float, help="one-sided level over the whole walk (default 0.025)")
-    fd.add_argument("--strategy", choices=["auto", "step", "bisect"],
-                    help="step from the start, or bisect the ladder (default auto: bisect from 8 fitting candidates)")
+    fd.add_argument("--start", help=f"where the walk starts (default {find['start']['default']}, or the nearest "
+                    "candidate)")
+    fd.add_argument("--alpha", type=float, help=f"one-sided level over the whole walk (default {find['alpha']['default']})")
+    fd.add_argument("--strategy", choices=find["strategy"]["enum"],
+                    help=f"step from the start, or bisect the ladder (default {find['strategy']['default']}: "
+                         "bisect from 8 fitting candidates)")
     fd.add_argument("--kv", help="KV-cache type (default: the family's first)")
     fd.add_argument("--configfile", action="append", default=[], metavar="FILE",
                     help="a config laid over config/config.yaml, as Snakemake's --configfile (repeatable)")

@@ -71,7 +71,7 @@ from . import config as qconfig
 from . import dataset_view as dv
 from . import deltas
 from . import metrics as qmetrics
-from . import sizes
+from . import schemas, sizes
 from . import status as qstatus
 from . import targets as qtargets
 from . import thinking
@@ -87,12 +87,10 @@ from .stats import noninferiority as ni
 
 log = logging.getLogger(__name__)
 
-START = "Q4_K_M"  # the seeds: "start at Q5_K_M or Q4_K_M"
-REFERENCE = "Q8_0"  # the seeds: "run your evaluation set against Q8_0 as the reference"
-ALPHA = ni.ALPHA / 2  # one-sided: the project's 95 % intervals' one side
-KEYS = ("family", "reference", "mem", "ctx", "kv", "accept", "rungs", "start", "alpha", "strategy", "min_tps",
-        "parallel")
-STRATEGIES = ("auto", "step", "bisect")
+# The request's keys, their types and defaults (reference Q8_0, start Q4_K_M, alpha 0.025, strategy auto,
+# parallel 1) are the config schema's `find:` section, the one home of them; spec validates a section
+# against it and fills the defaults in.
+REQUIRED = ("family", "mem", "ctx", "accept")
 BISECT_FROM = 8  # auto: bisection from this many fitting candidates (the stepping walk's worst case grows linearly)
 ACCEPTABLE, NOT_ACCEPTABLE, UNDETERMINED = "acceptable", "not acceptable", "undetermined"
 ANSWER = "results/{card}/find/{family}.json"
@@ -225,9 +223,9 @@ class Spec:
     rungs: tuple[str, ...]  # the candidates as named (order decided by measured bits per weight)
     start: str
     alpha: float  # one-sided
-    strategy: str = "auto"
-    min_tps: float | None = None  # the speed floor: generation tokens/s of one sequence, at ctx and parallel
-    parallel: int = 1  # sequences generated at a time the floor is for
+    strategy: str  # auto, step or bisect
+    min_tps: float | None  # the speed floor: generation tokens/s of one sequence, at ctx and parallel
+    parallel: int  # sequences generated at a time the floor is for
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -239,28 +237,22 @@ class Spec:
         """What the walk's every step depends on (a Snakemake param: a change reruns the walk). A walk
         without a speed floor keeps the key it had before the floor existed."""
         d = self.as_dict()
-        if d["min_tps"] is None and d["parallel"] == 1:
+        if d["min_tps"] is None and d["parallel"] == _schema()["properties"]["parallel"]["default"]:
             d.pop("min_tps"), d.pop("parallel")
         return hash_obj(d)[:16]
 
 
 def spec(cfg: dict, section: dict | None = None, where: str = "find") -> Spec:
     """The search the config's ``find:`` section (or ``section``) asks for; errors name the key."""
-    s = cfg.get("find") if section is None else section
-    if not isinstance(s, dict):
-        raise ConfigError(f"{where}: a mapping with family, mem, ctx and accept, got {type(s).__name__}")
-    unknown = sorted(set(s) - set(KEYS))
-    if unknown:
-        raise ConfigError(f"{where}: unknown keys {unknown} (known: {list(KEYS)})")
-    for k in ("family", "mem", "ctx", "accept"):
-        if s.get(k) in (None, "", []):
-            raise ConfigError(f"{where}.{k}: required")
+    s = request(cfg.get("find") if section is None else section, where)
     fam = str(s["family"])
     fams = qconfig.families(cfg)
     if fam not in fams:
         raise ConfigError(f"{where}.family: {fam!r} is not a family of this config (families: {fams})")
     ladder = qconfig.rungs(cfg, fam)
-    ref = str(s.get("reference") or (REFERENCE if REFERENCE in ladder else qconfig.reference_rung(cfg, fam)))
+    ref = str(s["reference"])
+    if ref not in ladder and ref == _schema()["properties"]["reference"]["default"]:
+        ref = qconfig.reference_rung(cfg, fam)  # a ladder without Q8_0 walks against the family's own reference
     if ref not in ladder:
         raise ConfigError(f"{where}.reference: {ref!r} is not a rung of {fam} (its ladder: {ladder}); Q8_0, or the "
                           "family's F16/BF16 reference")
@@ -276,33 +268,49 @@ def spec(cfg: dict, section: dict | None = None, where: str = "find") -> Spec:
     rungs = [r for r in dict.fromkeys(rungs) if r not in (ref, qconfig.reference_rung(cfg, fam))]
     if not rungs:
         raise ConfigError(f"{where}.rungs: no candidate below the reference {ref}")
-    try:
-        alpha = ALPHA if s.get("alpha") is None else float(s["alpha"])
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where}.alpha: a number, got {s['alpha']!r}") from None
-    if not 0 < alpha < 0.5:
-        raise ConfigError(f"{where}.alpha: a one-sided level in (0, 0.5), got {alpha}")
-    strategy = str(s.get("strategy") or "auto")
-    if strategy not in STRATEGIES:
-        raise ConfigError(f"{where}.strategy: one of {list(STRATEGIES)}, got {strategy!r}")
-    min_tps = s.get("min_tps")
+    alpha, strategy, min_tps, parallel = float(s["alpha"]), s["strategy"], s["min_tps"], s["parallel"]
     if min_tps is not None:
-        try:
-            min_tps = float(min_tps)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where}.min_tps: generation tokens/s, a number, got {s['min_tps']!r}") from None
-        if not min_tps > 0:
-            raise ConfigError(f"{where}.min_tps: the speed floor must be > 0 tokens/s, got {min_tps:g}")
+        min_tps = float(min_tps)
         if "speed" not in qtargets.measures(cfg):
             raise ConfigError(f"{where}.min_tps: the speed floor is held against each rung's measured speed, and "
                               "measures.speed is switched off: switch it on, or drop the floor")
-    parallel = s.get("parallel")
-    parallel = 1 if parallel is None else parallel
-    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
-        raise ConfigError(f"{where}.parallel: sequences generated at a time, a whole number >= 1, got {parallel!r}")
     figs = parse_accept(s["accept"], cfg, fam, where=f"{where}.accept")
-    return Spec(fam, ref, mem_bytes, str(s["mem"]), ctx, kv, tuple(figs), tuple(rungs), str(s.get("start") or START),
+    return Spec(fam, ref, mem_bytes, str(s["mem"]), ctx, kv, tuple(figs), tuple(rungs), str(s["start"]),
                 alpha, strategy, min_tps, parallel)
+
+
+def _schema() -> dict:
+    """The config schema's ``find:`` request (``definitions/find``): its keys, types and defaults."""
+    return schemas.load(schemas.SCHEMA_PATH)["definitions"]["find"]
+
+
+def request_defaults() -> dict:
+    """Every optional key of a ``find:`` section at its schema default (null where it has none)."""
+    keys = [k for k in _schema()["properties"] if k not in REQUIRED]
+    return dict.fromkeys(keys) | schemas.filled_def(schemas.SCHEMA_PATH, "find", {})
+
+
+def request(section, where: str = "find") -> dict:
+    """``section`` (a ``find:`` section, validated or not) checked against the config schema's ``find:``
+    with its defaults filled in; errors name the key (``find.alpha: ...``)."""
+    if not isinstance(section, dict):
+        raise ConfigError(f"{where}: a mapping with {', '.join(REQUIRED)}, got {type(section).__name__}")
+    schema = _schema()
+    known = list(schema["properties"])
+    unknown = sorted(set(section) - set(known))
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {unknown} (known: {known})")
+    for k in REQUIRED:
+        if section.get(k) in (None, "", []):
+            raise ConfigError(f"{where}.{k}: required")
+    out = schemas.filled_def(schemas.SCHEMA_PATH, "find", section)
+    errors = sorted(schemas.filling_validator(schema).iter_errors(out), key=lambda e: list(e.path))
+    if errors:
+        e = errors[0]
+        key = ".".join([where, *map(str, e.path)])
+        about = schema["properties"][str(e.path[0])].get("description") if e.path else None
+        raise ConfigError(f"{key}: {e.message}" + (f" ({about})" if about else ""))
+    return out
 
 
 # ------------------------------------------------------------------------------------------ files a rung needs
@@ -641,7 +649,7 @@ def answer(state: dict) -> dict:
                                                for v in state["visited"]],
            "candidates": state["candidates"], "assumes": MONOTONE_BISECT if _bisecting(state) else MONOTONE}
     if sp.get("min_tps") is not None:
-        rec.update(min_tps=sp["min_tps"], parallel=sp.get("parallel", 1))
+        rec.update(min_tps=sp["min_tps"], parallel=sp["parallel"])
     if not order:
         floor = (f" and generates at least {sp['min_tps']:g} tokens/s" if sp.get("min_tps") is not None else "")
         return {**rec, "verdict": "none fits", "rung": None, "binding": binding(state, None),
@@ -874,7 +882,7 @@ def cost(state: dict, card: str, root: str | Path = ".") -> dict:
 
 def format_text(result: dict) -> str:
     """The answer in a few lines (the rule's log, the command line)."""
-    floor = (f", at least {result['min_tps']:g} tokens/s with {result.get('parallel', 1)} sequence(s) at a time"
+    floor = (f", at least {result['min_tps']:g} tokens/s with {result['parallel']} sequence(s) at a time"
              if result.get("min_tps") is not None else "")
     head = (f"find {result['family']} (reference {result['reference']}, {result['mem']} at {result['ctx']} tokens"
             f"{floor}, accept {', '.join(result['accept'])}, one-sided α {result['alpha']:g}):")
@@ -911,12 +919,14 @@ def format_text(result: dict) -> str:
 def run_cli(args) -> int:
     """``quantladder find``: the request checked against the config first (errors name find.<key>), then
     Snakemake makes the answer's target with the request laid over the config (docs/find.md)."""
-    request = {"find": {"family": args.family, "mem": args.mem, "ctx": args.ctx, "accept": args.accept,
-                        "reference": args.reference, "kv": args.kv, "start": args.start, "alpha": args.alpha,
-                        "strategy": args.strategy, "min_tps": args.min_tps, "parallel": args.parallel,
-                        "rungs": [r.strip() for r in args.rungs.split(",") if r.strip()] if args.rungs else None}}
+    given = {"family": args.family, "mem": args.mem, "ctx": args.ctx, "accept": args.accept,
+             "reference": args.reference, "kv": args.kv, "start": args.start, "alpha": args.alpha,
+             "strategy": args.strategy, "min_tps": args.min_tps, "parallel": args.parallel,
+             "rungs": [r.strip() for r in args.rungs.split(",") if r.strip()] if args.rungs else None}
+    # every key set, an option not given at its schema default: nothing of the config's own find leaks in
+    request = {"find": request_defaults() | {k: v for k, v in given.items() if v is not None}}
     workdir = Path(args.directory)
-    req = workdir / ".quantladder" / "find-request.yaml"  # every key set: nothing of the config's own find leaks in
+    req = workdir / ".quantladder" / "find-request.yaml"
     req.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(req) as tmp:
         tmp.write_text(yaml.safe_dump(request, sort_keys=False))

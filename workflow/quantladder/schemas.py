@@ -83,10 +83,11 @@ def filled(path: Path, section: dict | None, *keys: str) -> dict:
 
 
 def filled_def(path: Path, name: str, value: dict) -> dict:
-    """A copy of ``value`` with the defaults of the schema's ``$defs/<name>`` filled in, nested ones
-    too (``filled_def(ANCHORS_SCHEMA_PATH, "entry", e)``: an anchors file's entry)."""
+    """A copy of ``value`` with the defaults of the schema's ``$defs/<name>`` (or ``definitions/<name>``)
+    filled in, nested ones too (``filled_def(ANCHORS_SCHEMA_PATH, "entry", e)``: an anchors file's entry;
+    ``filled_def(SCHEMA_PATH, "find", s)``: a ``find:`` request)."""
     root = load(path)
-    return _fill(root, root["$defs"][name], value)
+    return _fill(root, (root.get("$defs") or root["definitions"])[name], value)
 
 
 def defaults(path: Path, *keys: str) -> dict:
@@ -107,6 +108,8 @@ def _resolve(root: dict, node: dict) -> dict:
 
 def _child(root: dict, node: dict, key: str) -> dict | None:
     """The schema of ``key`` inside the object ``node`` describes (None: one it says nothing of)."""
+    if "then" in node and "properties" not in node:  # an object checked only where it is one (find:)
+        node = _resolve(root, node["then"])
     if key in node.get("properties", {}):
         return _resolve(root, node["properties"][key])
     for pattern, sub in node.get("patternProperties", {}).items():
