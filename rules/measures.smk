@@ -146,7 +146,7 @@ rule energy:
             n_ctx=config["measures"]["energy"]["n_prompt"]
             + config["measures"]["energy"]["n_gen"],
         ),
-        runtime=qres.runtime_min("speed", config, rule="energy"),
+        runtime=qres.runtime_min("energy", config),
     params:
         spec=spec_hash("energy"),
         idle_cache="results/{card}/idle_power.json",

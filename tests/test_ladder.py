@@ -195,8 +195,8 @@ def test_a_tool_gate_reads_its_schemas_defaults_under_what_the_config_sets():
     """The speed gate fell back to 3 rounds and 3 repetitions of its own where the schema said otherwise:
     a config that sets one key gets the schema's for the rest, validated or not."""
     gates = schemas.load(schemas.SCHEMA_PATH)["properties"]["anchor_gates"]["properties"]
-    want = {m: {k: v["default"] for k, v in gates[m]["properties"].items()} for m in anchors.TOOL_GATES}
-    assert {m: anchors.tool_gate_settings({}, m) for m in anchors.TOOL_GATES} == want
+    want = {m: {k: v["default"] for k, v in gates[m]["properties"].items()} for m in anchors.tool_gates()}
+    assert {m: anchors.tool_gate_settings({}, m) for m in anchors.tool_gates()} == want
     cfg = {"anchor_gates": {"speed": {"rounds": 2}}}
     assert anchors.tool_gate_settings(cfg, "speed") == {**want["speed"], "rounds": 2}
     validated = qconfig.validate_config({**qconfig.load(validate=False), **cfg})

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from . import HARNESS_VERSION, REPO_ROOT, benchmarks, generation, schemas, scoring
+from . import HARNESS_VERSION, REPO_ROOT, benchmarks, generation, measures, schemas, scoring
 from .benchmarks import Benchmark, Item, ScoringContext
 from .engine import Engine, EngineSettings
 from .errors import ConfigError, DataError, QuantladderError
@@ -31,17 +31,19 @@ from .llama_tools import library_backend, library_version
 from .manifest import anchor_run_key, gate_settings
 from .models import resolve_source
 
-# Measures with no published anchor that can be reproduced offline; said plainly in the report.
+# A benchmark with no published anchor that can be reproduced offline, said plainly in the report (a
+# measure says its own: quantladder.measures.Measure.anchor).
 NO_PUBLISHED_ANCHOR = {
-    "perplexity": "perplexity has no published anchor reachable offline (it depends on the exact "
-                  "file, corpus and n_ctx); parity with llama-perplexity is checked by "
-                  "benchmarks/ppl_parity.py instead",
-    "speed": "speed is a property of the card, not a score: no anchor; parity with llama-bench is "
-             "checked by benchmarks/speed_parity.py",
-    "memory": "memory is computed and measured, not scored: no anchor",
-    "energy": "energy is measured, not scored: no anchor",
     "traffic": "your traffic has no labels and no published score: each rung is compared with the reference rung",
 }
+
+
+def no_anchor_reason(benchmark: str) -> str:
+    """Why ``benchmark`` has no anchor entry: a measure's own word, a known benchmark's, else the plain fact."""
+    m = measures.get(benchmark)
+    if m is not None:
+        return m.anchor
+    return NO_PUBLISHED_ANCHOR.get(benchmark, f"no anchor configured for {benchmark} in the anchors file")
 
 
 def load_entries(path: str | Path) -> list[dict]:
@@ -117,7 +119,7 @@ def evaluate(benchmark: str, entries: list[dict], card_identity: dict, run_ancho
     mine = [e for e in entries if e["benchmark"] == benchmark]
     base = {"benchmark": benchmark, "card": card_identity.get("label"), "checked_at": _now()}
     if not mine:
-        reason = NO_PUBLISHED_ANCHOR.get(benchmark, f"no anchor configured for {benchmark} in the anchors file")
+        reason = no_anchor_reason(benchmark)
         return {**base, "status": "unanchored", "reason": reason}
     results = []
     for i, e in enumerate(mine):
@@ -232,17 +234,19 @@ def reproduce(bench: Benchmark, entry: dict, cache_dir="resources/anchors") -> f
 # uncertainty*: |Δ| − t·se > tolerance, t the two-sided 95 % Student quantile for rounds − 1 degrees
 # of freedom (docs/ladder.md). A real gap blocks; noise of the size this machine makes does not.
 
-TOOL_GATES = {"perplexity": "llama-perplexity", "speed": "llama-bench"}
+def tool_gates() -> dict[str, str]:
+    """measure -> the llama.cpp tool its gate reproduces (each measure declares its own: ``tool_gate``)."""
+    return {n: m.tool_gate for n, m in measures.declared().items() if m.tool_gate}
 
 
 def tool_gate_settings(cfg: dict, measure: str) -> dict:
-    """The gate of ``measure`` (one of TOOL_GATES): ``anchor_gates.<measure>`` with the schema's defaults
+    """The gate of ``measure`` (one of tool_gates()): ``anchor_gates.<measure>`` with the schema's defaults
     (what validation fills in, filled here too for a config nobody validated)."""
     return schemas.filled(schemas.SCHEMA_PATH, cfg.get("anchor_gates"), "anchor_gates")[measure]
 
 
 def tool_gate_enabled(cfg: dict, measure: str) -> bool:
-    return measure in TOOL_GATES and bool(tool_gate_settings(cfg, measure)["enabled"])
+    return measure in tool_gates() and bool(tool_gate_settings(cfg, measure)["enabled"])
 
 
 def tool_gate_key(cfg: dict, family: str, measure: str) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import catalog  # noqa: F401  -- every figure declared: the registry read below is whole
-from . import metrics
+from . import measures, metrics
 from . import status as qstatus
 from .dataset import COLUMNS
 from .errors import DataError
@@ -22,7 +22,7 @@ from .errors import DataError
 STRING_COLUMNS = [name for name, typ, _ in COLUMNS if str(typ) == "string"]
 
 POINT = ["card", "family", "rung", "kv"]
-COST_BENCHMARKS = ("memory", "speed", "energy")
+COST_BENCHMARKS = measures.cost_measures()  # memory, speed, energy: their declarations say so
 # Figures the curves do not plot against bits per weight (it is the x axis itself).
 NOT_CURVES = ("bits_per_weight",)
 BAD_STATUSES = qstatus.BAD
@@ -129,7 +129,7 @@ def score_metric(df: pd.DataFrame, benchmark: str) -> str | None:
 def relative_score(benchmark: str) -> bool:
     """A score relative to each family's own reference (perplexity's same-top-token rate): comparable
     within a family, not across families."""
-    return benchmark in COST_BENCHMARKS + ("perplexity",)
+    return benchmark in measures.point_measures()
 
 
 def task_benchmarks(df: pd.DataFrame) -> list[str]:

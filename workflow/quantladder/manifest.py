@@ -28,14 +28,13 @@ import os
 import socket
 from typing import Any
 
-from . import HARNESS_VERSION, benchmarks
+from . import HARNESS_VERSION, benchmarks, measures
 from . import config as qconfig
 from .generation_policy import GenerationPolicy
 from .io import hash_obj
 from .kv_policy import parse_kv
 
 GREEDY = {"temperature": 0.0, "top_k": 1, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0, "seed": 0}
-MEASURES = ("perplexity", "speed", "memory", "energy")
 KEY_LEN = 16
 
 
@@ -57,16 +56,17 @@ def benchmark_settings(cfg: dict, benchmark: str) -> dict:
     return dict(cfg.get("benchmarks", {}).get(benchmark, {}))
 
 
-# Settings of a measure that do not change what its anchor gate decides: the gate runs on the headline
-# corpus at the measure's context, so the list of evaluation corpora, the long-document passes and the
-# overlap figure are the points' business (adding a corpus re-runs neither the gate nor other passes).
-GATE_IGNORES = {"perplexity": ("kld", "corpora", "long", "overlap")}
+def _measure(benchmark: str) -> measures.Measure | None:
+    """A point's measure by its name (perplexity, speed, ...), None for a task benchmark."""
+    m = measures.get(benchmark)
+    return m if m is not None and m.per_point else None
 
 
 def gate_settings(cfg: dict, benchmark: str) -> dict:
     """The part of a benchmark's or measure's settings its anchor gate depends on."""
     s = benchmark_settings(cfg, benchmark)
-    for k in ("enabled", *GATE_IGNORES.get(benchmark, ())):
+    m = _measure(benchmark)
+    for k in ("enabled", *(m.gate_ignores if m else ())):
         s.pop(k, None)
     return s
 
@@ -96,12 +96,13 @@ def spec(cfg: dict, card: str, family: str, rung: str, kv: str, benchmark: str, 
     """What a measure's figures, or a task benchmark's replies, depend on (the generation spec)."""
     s = _point(cfg, card, family, rung, kv)
     s["benchmark"] = benchmark
-    if benchmark in MEASURES:
+    m = _measure(benchmark)
+    if m is not None:
         settings = benchmark_settings(cfg, benchmark)
         settings.pop("enabled", None)
         s["settings"] = settings
-        if benchmark == "speed":  # threads change speed, not quality
-            s["engine"]["threads"] = cfg.get("threads", 0)
+        for k in m.key_engine:  # engine settings that change this measure alone (speed: threads)
+            s["engine"][k] = cfg.get(k, 0)
     else:
         b = benchmarks.configured(cfg, benchmark)
         s["settings"] = b.group("generation")
@@ -158,7 +159,7 @@ def reference_logits_key(cfg: dict, family: str, corpus: str) -> str:
 def anchor_key(cfg: dict, benchmark: str, entries: list[dict]) -> str:
     """Only this benchmark's anchor entries and settings decide its gate (not the whole file)."""
     mine = [e for e in entries if e["benchmark"] == benchmark]
-    if benchmark in MEASURES:
+    if _measure(benchmark) is not None:
         return _key({"entries": mine, "settings": gate_settings(cfg, benchmark), "harness": HARNESS_VERSION})
     if not mine:  # nothing to reproduce: the gate says so whatever the settings
         return _key({"entries": [], "harness": HARNESS_VERSION})
@@ -208,7 +209,7 @@ def build(
     """The full manifest. ``spec_hash`` is the key of the job that wrote it (for a task benchmark's
     metrics: the scoring key); ``keys`` lists every key the figures rest on."""
     s = spec(cfg, card, family, rung, kv, benchmark, extra)
-    if benchmark in MEASURES:
+    if _measure(benchmark) is not None:
         keys = {"measure": _key(s), **(keys or {})}
         own = keys["measure"]
     else:

@@ -187,90 +187,11 @@ def markdown() -> str:
     return "\n".join(lines)
 
 
-# -- The measures' figures (perplexity + KLD, speed, memory, energy) and the ones every task shares.
-# The task benchmarks declare their own in their modules (quantladder/benchmarks/*).
-
-PPL, SPEED, MEMORY, ENERGY = "perplexity", "speed", "memory", "energy"
-_PCT = (("max", "maximum"), ("p99_9", "99.9th percentile"), ("p99", "99th percentile"),
-        ("p95", "95th percentile"), ("p90", "90th percentile"), ("median", "median"),
-        ("p10", "10th percentile"), ("p5", "5th percentile"), ("p1", "1st percentile"),
-        ("p0_1", "0.1th percentile"), ("min", "minimum"))
+# -- The figures every task benchmark shares (the score stage writes them from its verdicts and
+# generations). The task benchmarks declare their own in their modules (quantladder/benchmarks/*), the
+# measures theirs in theirs (quantladder/measures/*).
 
 declare(
-    Metric("ppl", "1", "perplexity on the corpus (llama-perplexity's protocol: second half of each n_ctx chunk)",
-           (PPL,), higher_is_better=False, stderr="se", headline_for=(PPL,)),
-    Metric("ppl_base", "1", "the reference rung's perplexity on the same tokens (from its stored log-probs)",
-           (PPL,), higher_is_better=False, stderr="se"),
-    Metric("ppl_ratio", "1", "PPL(rung) / PPL(reference) on the same tokens", (PPL,), higher_is_better=False,
-           stderr="se"),
-    Metric("ln_ppl_ratio", "nats", "mean per-token ln p_ref − ln p_rung: the paired per-token NLL difference",
-           (PPL,), higher_is_better=False, stderr="se", paired="tokens"),
-    Metric("ppl_diff", "1", "PPL(rung) − PPL(reference) on the same tokens", (PPL,), higher_is_better=False,
-           stderr="se"),
-    Metric("cor_ln_ppl", "1", "correlation of the per-token log-probs of rung and reference", (PPL,),
-           higher_is_better=True),
-    Metric("kld_mean", "nats", "mean KL divergence from the reference rung's token distribution (full vocabulary)",
-           (PPL,), higher_is_better=False, stderr="se", headline_for=(PPL,), paired="tokens"),
-    *(Metric(f"kld_{k}", "nats", f"{d} of the per-token KL divergence", (PPL,), higher_is_better=False,
-             headline_for=(PPL,) if k == "p99_9" else ()) for k, d in _PCT),
-    Metric("delta_p_mean", "%", "mean change of the probability of the correct token vs the reference", (PPL,),
-           higher_is_better=True, stderr="se"),
-    Metric("delta_p_rms", "%", "root mean square of that change", (PPL,), higher_is_better=False, stderr="se"),
-    *(Metric(f"delta_p_{k}", "%", f"{d} of the change of the correct token's probability", (PPL,))
-      for k, d in _PCT),
-    Metric("same_top_token", "%", "share of tokens whose most likely next token equals the reference's", (PPL,),
-           higher_is_better=True, stderr="se", headline_for=(PPL,), score_for=(PPL,), paired="tokens"),
-    # A pass whose text the rung's importance matrix was computed from (issue 16, docs/corpora.md).
-    Metric("calibration_overlap", "%",
-           "share of the pass's evaluation token n-grams (n = measures.perplexity.overlap.ngram, 13) that occur in "
-           "the calibration text of the rung's importance matrix (subset: the evaluation corpus)", (PPL,),
-           higher_is_better=False, whole="none", group="calibration"),
-    Metric("calibration_overlap_flag", "1",
-           "1 when calibration_overlap reaches measures.perplexity.overlap.flag_pct: the pass scores text the "
-           "rung was calibrated on, and its KLD flatters the rung; 0 otherwise", (PPL,), higher_is_better=False,
-           whole="none", group="calibration"),
-    Metric("pp_tokens_per_s", "tokens/s", "prompt processing (llama-bench's ppN test: N random tokens)", (SPEED,),
-           higher_is_better=True, stderr="sd", whole="only", headline_for=(SPEED,)),
-    Metric("tg_tokens_per_s", "tokens/s", "generation (llama-bench's tgN test: N single-token decodes)", (SPEED,),
-           higher_is_better=True, stderr="sd", whole="only", headline_for=(SPEED,), pareto_cost=1),
-    Metric("file_bytes", "bytes", "size of the rung's GGUF file", (MEMORY,), higher_is_better=False),
-    Metric("weights_bytes", "bytes", "tensor bytes of the GGUF (what is loaded)", (MEMORY,), higher_is_better=False,
-           pareto_cost=3),
-    Metric("bits_per_weight", "bits", "tensor bits / parameters of the GGUF", (MEMORY,), higher_is_better=False),
-    Metric("kv_bytes_predicted", "bytes",
-           "KV cache of one sequence at n_ctx from GGUF metadata: layers × n_ctx × kv_heads × (k_dim·bytes_k + "
-           "v_dim·bytes_v)", (MEMORY, TASK), higher_is_better=False),
-    Metric("kv_bytes_allocated", "bytes", "KV cache llama.cpp allocated at n_ctx (its log)", (MEMORY,),
-           higher_is_better=False),
-    Metric("compute_buffer_bytes", "bytes", "llama.cpp's compute buffers at n_ctx (its log)", (MEMORY,),
-           higher_is_better=False),
-    Metric("predicted_total_bytes", "bytes", "weights + KV cache + compute buffers at n_ctx", (MEMORY,),
-           higher_is_better=False, pareto_cost=2),
-    Metric("peak_mem_bytes", "bytes",
-           "measured peak memory of the process at n_ctx, by the card's probe (subset): peak RSS on a CPU "
-           "(rss), NVML's per-process VRAM on a GPU (nvml_process) or the card's used-memory rise "
-           "(nvml_device_delta)", (MEMORY, TASK), higher_is_better=False, whole="only", headline_for=(MEMORY,),
-           pareto_cost=1),
-    Metric("peak_over_predicted", "1", "measured peak / predicted total", (MEMORY,)),
-    Metric("n_ctx_train", "tokens", "the context the model was trained for (GGUF metadata)", (MEMORY,),
-           higher_is_better=True),
-    Metric("joules_per_generated_token", "J/token",
-           "energy per generated token: NVML power minus the node's idle power, integrated over generation "
-           "(subset incl_prompt where prompt and generation could not be told apart)", (ENERGY,),
-           higher_is_better=False, stderr="se", whole="only", headline_for=(ENERGY,), pareto_cost=1),
-    Metric("joules_per_prompt_token", "J/token", "energy per prompt token, net of idle power", (ENERGY,),
-           higher_is_better=False, stderr="se"),
-    Metric("net_energy_j", "J", "energy of the measured work net of idle power", (ENERGY,), higher_is_better=False,
-           stderr="se"),
-    Metric("total_energy_j", "J", "energy of the measured work including idle power (subset: counter or "
-           "integrated power)", (ENERGY,), higher_is_better=False, stderr="se", whole="only"),
-    Metric("mean_power_w", "W", "mean card power during the measured work", (ENERGY,)),
-    Metric("idle_power_w", "W", "the node's idle card power (baseline)", (ENERGY,), stderr="se"),
-    Metric("duration_s", "s", "duration of the measured work", (ENERGY,)),
-    Metric("sampling_interval_s", "s", "power sampling interval", (ENERGY,)),
-    Metric("sample_gaps", "1", "power samples missed (gaps longer than twice the interval)", (ENERGY,),
-           higher_is_better=False),
-    # -- every task benchmark (the score stage writes these from its verdicts and generations) --
     Metric("error_items", "items", "items failed, by error type (subset; BFCL's, the sandbox's, prompt_too_long)",
            (TASK,), higher_is_better=False, whole="none", group="loops"),
     Metric("degenerate_items", "items", "items whose reply is a repetition loop (quantladder.loops)", (TASK,),

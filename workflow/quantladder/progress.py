@@ -29,15 +29,15 @@ import yaml
 
 from . import anchors
 from . import config as qconfig
-from . import resources, targets, timings
+from . import measures, resources, targets, timings
 from .measures import perplexity as qppl
 
 # Guesses (seconds) for a rule no job of which has finished here yet: SmolLM2-135M on 2 CPU cores
 # (the default run, 2026-12-03). A measured figure replaces each as soon as one job of the rule ends.
+# A measure's rules say their own guess (quantladder.measures: RuleCost.guess_s).
 GUESS_S = {
-    "reference_rung": 10, "quantize": 15, "imatrix": 60, "reference_logits": 15, "perplexity": 15,
-    "perplexity_point": 1, "tool_anchor_gate": 60, "speed": 30, "memory": 10, "energy": 30, "generate": 120, "score": 10,
-    "reply_logits": 10, "fidelity": 10,
+    "reference_rung": 10, "quantize": 15, "imatrix": 60, "tool_anchor_gate": 60, "generate": 120, "score": 10,
+    **{rule: rc.guess_s for rule, rc in measures.rules().items()},
     # the rest of Snakemake's plan, not timed (no benchmark file) or not yet: guesses, a job's start
     # and a few seconds of work, a download or generation where the rule does one
     "anchor_generate": 120, "anchor_gate": 10, "benchmark_source": 5, "benchmark_items": 10, "corpus": 5,

@@ -26,7 +26,7 @@ import os
 from typing import Any
 
 from . import config as qconfig
-from . import benchmarks, timings
+from . import benchmarks, measures, timings
 from .generation_policy import GenerationPolicy
 from .gguf_meta import GGUFInfo, kv_bytes_per_token
 
@@ -48,18 +48,16 @@ MEM_KINDS: dict[str, tuple[float, int]] = {
 
 # Runtime per kind, minutes: base + per GB of model file. Calibrated so that the seed's CPU
 # figures (SmolLM2-135M: perplexity at 350 tok/s) fit with room, and a 40 GB 70B Q4_K_M gets hours.
+# A measure's rules say their own (quantladder.measures: RuleCost.runtime).
 RUNTIME_KINDS: dict[str, tuple[float, float]] = {
     "light": (10, 0),
     "acquire": (60, 2),
     "dequantize": (20, 2),
     "quantize": (20, 3),
-    "reference_logits": (20, 4),
-    "perplexity": (20, 4),
-    "speed": (15, 1),
-    "memory": (10, 0.5),
     "generate": (30, 8),      # benchmark generation (HumanEval, BFCL, RULER prompts)
     "long_context": (30, 15),  # RULER at 32K-128K: prompt processing dominates
     "score": (30, 0),
+    **{rule: rc.runtime for rule, rc in measures.rules().items() if rc.runtime},
 }
 
 MAX_RUNTIME_MIN = 7 * 24 * 60
@@ -68,14 +66,14 @@ MAX_RUNTIME_MIN = 7 * 24 * 60
 # portable resource of the snakemake-workflows convention, which an executor turns into a card),
 # profiles/slurm/config.yaml gives each host a partition and its threads without naming a rule, and
 # quantladder.progress prints it beside the jobs left. A rule named nowhere here runs on the
-# submitting host (a localrule: downloads, aggregates, reports; rules/cluster.smk).
-GPU, SANDBOX, CPU, LOCAL = "gpu", "sandbox", "cpu", "local"
+# submitting host (a localrule: downloads, aggregates, reports; rules/cluster.smk). A measure's rules
+# are placed by the measure's own declaration (quantladder.measures: RuleCost.host).
+GPU, SANDBOX, CPU, LOCAL = measures.GPU, measures.SANDBOX, measures.CPU, measures.LOCAL
 HOSTS: dict[str, str] = {
     # Load a model onto the card: a llama.cpp context (generation, the passes, the timed measures)
     # or one of llama.cpp's tools that runs it (llama-imatrix, llama-perplexity, llama-bench).
-    "generate": GPU, "anchor_generate": GPU, "reference_logits": GPU, "perplexity": GPU, "speed": GPU,
-    "memory": GPU, "energy": GPU, "imatrix": GPU, "reply_logits": GPU, "fidelity": GPU,
-    "tool_anchor_gate": GPU,
+    "generate": GPU, "anchor_generate": GPU, "imatrix": GPU, "tool_anchor_gate": GPU,
+    **{rule: rc.host for rule, rc in measures.rules().items() if rc.host != LOCAL},
     # Score the replies: model-written code (HumanEval tests, BFCL multi-turn calls) runs here, in
     # the sandbox; no model is loaded (the anchor gates score the replies anchor_generate made).
     "score": SANDBOX, "anchor_gate": SANDBOX,
@@ -84,8 +82,8 @@ HOSTS: dict[str, str] = {
     "reference_rung": CPU, "quantize": CPU, "benchmark_items": CPU,
 }
 # Clock and power readings (speed, energy): the node to themselves, nothing else running beside them
-# (energy subtracts the node's idle power).
-ALONE = frozenset({"speed", "energy"})
+# (energy subtracts the node's idle power). Each such measure says so (Measure.alone).
+ALONE = frozenset(rule for m in measures.declared().values() if m.alone for rule in m.rules)
 
 
 def host(rule: str) -> str:

@@ -11,18 +11,28 @@ what a run has left (quantladder.progress), the ``runtime`` a job asks its sched
 from __future__ import annotations
 
 import csv
+import functools
 import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
+from . import measures
+
 BENCHMARKS = "logs/benchmarks"
 # rule -> the position of the kind among its benchmark file's path parts (after the rule's folder)
-_KIND_PART = {"quantize": 0, "reference_rung": 0, "imatrix": 0, "generate": -1, "score": -1, "perplexity": 1, "reference_logits": 1, "speed": 1, "memory": 1,
-              "energy": 1, "tool_anchor_gate": 1, "reply_logits": -1, "fidelity": -1}
-# the teacher-forced passes cost what their task's replies are long: a kind per task, as generate's
-_KIND_WILDCARD = {"generate": "task", "score": "task", "tool_anchor_gate": "benchmark", "reply_logits": "task",
-                  "fidelity": "task"}
+_KIND_PART = {"quantize": 0, "reference_rung": 0, "imatrix": 0, "generate": -1, "score": -1, "tool_anchor_gate": 1}
+# rule -> the wildcard that names its kind (default: the family)
+_KIND_WILDCARD = {"generate": "task", "score": "task", "tool_anchor_gate": "benchmark"}
+
+
+@functools.cache
+def _kinds() -> tuple[dict[str, int], dict[str, str]]:
+    """The two tables above with the measures' rules, as each measure declares them (RuleCost.kind_part,
+    RuleCost.kind): read on first use, so that importing this module loads no measure."""
+    rules = measures.rules()
+    return ({**_KIND_PART, **{r: rc.kind_part for r, rc in rules.items()}},
+            {**_KIND_WILDCARD, **{r: rc.kind for r, rc in rules.items() if rc.kind != "family"}})
 
 _cache: dict[str, dict] = {}
 
@@ -79,7 +89,7 @@ def seconds(root: str | Path = ".", *, fresh: bool = True) -> Seen:
     out = Seen()
     for job in finished(root):
         out.add((job.rule, ""), job.s, job.mtime)
-        i = _KIND_PART.get(job.rule)
+        i = _kinds()[0].get(job.rule)
         if i is not None and len(job.parts) > max(i, -i - 1):
             out.add((job.rule, job.parts[i]), job.s, job.mtime)
     _cache[key] = out
@@ -88,7 +98,7 @@ def seconds(root: str | Path = ".", *, fresh: bool = True) -> Seen:
 
 def kind_of(rule: str, wildcards) -> str:
     """A job's kind from its wildcards (what ``seconds`` files it under)."""
-    return str(getattr(wildcards, _KIND_WILDCARD.get(rule, "family"), "") or "")
+    return str(getattr(wildcards, _kinds()[1].get(rule, "family"), "") or "")
 
 
 def median_s(seen: dict, rule: str, kind: str = "", *, since: float | None = None) -> float | None:

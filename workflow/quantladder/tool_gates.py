@@ -85,7 +85,7 @@ def _resolved_fa(cfg: dict) -> bool:
 
 
 def _base(cfg, measure, family, card_label, tools, model, model_record, spec) -> dict:
-    exe = anchors.TOOL_GATES[measure]
+    exe = anchors.tool_gates()[measure]
     return {"benchmark": measure, "family": family, "card": card_label, "checked_at": _now(), "spec": spec,
             "against": {"tool": exe, "binary_sha256": tools["tools"][exe]["sha256"],
                         "tools": llama_tools.identity(tools, exe),

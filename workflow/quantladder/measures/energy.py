@@ -30,8 +30,41 @@ from typing import Callable, NamedTuple, Sequence
 
 from ..engine import RawContext
 from ..io import read_json, write_json
+from ..metrics import Metric
+from ..metrics import declare as declare_figures
 from ..metrics import row as metric_row
+from . import GPU, Measure, RuleCost, declare
 from .speed import bench_gen, bench_prompt
+
+
+# -- What the workflow reads of this measure (quantladder.measures.Measure) and its figures.
+NAME = "energy"
+MEASURE = declare(Measure(
+    NAME, "energy per generated and prompt token on an NVIDIA card, net of the node's idle power",
+    # llama-bench's workload under the power sampler: a speed job's cost
+    rules={NAME: RuleCost(GPU, runtime=(15, 1), guess_s=30)},
+    anchor="energy is measured, not scored: no anchor", cost=("energy per token", True), cost_rank=3,
+    alone=True))
+
+declare_figures(
+    Metric("joules_per_generated_token", "J/token",
+           "energy per generated token: NVML power minus the node's idle power, integrated over generation "
+           "(subset incl_prompt where prompt and generation could not be told apart)", (NAME,),
+           higher_is_better=False, stderr="se", whole="only", headline_for=(NAME,), pareto_cost=1),
+    Metric("joules_per_prompt_token", "J/token", "energy per prompt token, net of idle power", (NAME,),
+           higher_is_better=False, stderr="se"),
+    Metric("net_energy_j", "J", "energy of the measured work net of idle power", (NAME,), higher_is_better=False,
+           stderr="se"),
+    Metric("total_energy_j", "J", "energy of the measured work including idle power (subset: counter or "
+           "integrated power)", (NAME,), higher_is_better=False, stderr="se", whole="only"),
+    Metric("mean_power_w", "W", "mean card power during the measured work", (NAME,)),
+    Metric("idle_power_w", "W", "the node's idle card power (baseline)", (NAME,), stderr="se"),
+    Metric("duration_s", "s", "duration of the measured work", (NAME,)),
+    Metric("sampling_interval_s", "s", "power sampling interval", (NAME,)),
+    Metric("sample_gaps", "1", "power samples missed (gaps longer than twice the interval)", (NAME,),
+           higher_is_better=False),
+)
+
 
 NVML_COUNTER_MODULUS = 2**64  # nvmlDeviceGetTotalEnergyConsumption is an unsigned long long (mJ)
 DEFAULT_INTERVAL_S = 0.05

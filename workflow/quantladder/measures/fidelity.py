@@ -37,11 +37,21 @@ from ..metrics import TASK, Metric
 from ..reasoning import has_split
 from ..provenance import refusal
 from ..stats.tokens import token_mean, token_share
+from . import GPU, Measure, RuleCost, declare
 from .perplexity.store import Layout, ReferenceReader
 
 log = logging.getLogger(__name__)
 
 KINDS = ("reference_replies", "logged_replies")  # the subsets of the teacher-forced rows
+
+# Rows of a task point (targets: fidelity-<task>), not a section of `measures:`; its jobs cost what its
+# task's replies are long, so they are timed by task, as generate's are.
+MEASURE = declare(Measure(
+    "fidelity", "teacher-forced KLD and same-top rate of a rung on the reference rung's own replies",
+    rules={"reply_logits": RuleCost(GPU, guess_s=10, kind="task", kind_part=-1),
+           "fidelity": RuleCost(GPU, guess_s=10, kind="task", kind_part=-1)},
+    per_point=False,
+    anchor="fidelity compares each rung with the reference rung's own replies: no published anchor"))
 
 metrics.declare(
     Metric("teacher_kld", "nats", "teacher-forced: mean KL divergence of the rung's next-token distribution from "

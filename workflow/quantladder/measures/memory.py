@@ -16,7 +16,42 @@ import re
 import resource
 import sys
 
-from ..metrics import row
+from ..metrics import TASK, Metric, row
+from ..metrics import declare as declare_figures
+from . import GPU, Measure, RuleCost, declare
+
+
+# -- What the workflow reads of this measure (quantladder.measures.Measure) and its figures.
+NAME = "memory"
+MEASURE = declare(Measure(
+    NAME, "file size, bits per weight, predicted weights + KV cache + buffers, and the measured peak",
+    rules={NAME: RuleCost(GPU, runtime=(10, 0.5), guess_s=10)},
+    anchor="memory is computed and measured, not scored: no anchor", cost=("memory", True), cost_rank=1))
+
+declare_figures(
+    Metric("file_bytes", "bytes", "size of the rung's GGUF file", (NAME,), higher_is_better=False),
+    Metric("weights_bytes", "bytes", "tensor bytes of the GGUF (what is loaded)", (NAME,), higher_is_better=False,
+           pareto_cost=3),
+    Metric("bits_per_weight", "bits", "tensor bits / parameters of the GGUF", (NAME,), higher_is_better=False),
+    Metric("kv_bytes_predicted", "bytes",
+           "KV cache of one sequence at n_ctx from GGUF metadata: layers × n_ctx × kv_heads × (k_dim·bytes_k + "
+           "v_dim·bytes_v)", (NAME, TASK), higher_is_better=False),
+    Metric("kv_bytes_allocated", "bytes", "KV cache llama.cpp allocated at n_ctx (its log)", (NAME,),
+           higher_is_better=False),
+    Metric("compute_buffer_bytes", "bytes", "llama.cpp's compute buffers at n_ctx (its log)", (NAME,),
+           higher_is_better=False),
+    Metric("predicted_total_bytes", "bytes", "weights + KV cache + compute buffers at n_ctx", (NAME,),
+           higher_is_better=False, pareto_cost=2),
+    Metric("peak_mem_bytes", "bytes",
+           "measured peak memory of the process at n_ctx, by the card's probe (subset): peak RSS on a CPU "
+           "(rss), NVML's per-process VRAM on a GPU (nvml_process) or the card's used-memory rise "
+           "(nvml_device_delta)", (NAME, TASK), higher_is_better=False, whole="only", headline_for=(NAME,),
+           pareto_cost=1),
+    Metric("peak_over_predicted", "1", "measured peak / predicted total", (NAME,)),
+    Metric("n_ctx_train", "tokens", "the context the model was trained for (GGUF metadata)", (NAME,),
+           higher_is_better=True),
+)
+
 
 _BUF = re.compile(r"(\w+)\s+compute buffer size\s*=\s*([\d.]+)\s*MiB")
 _KV = re.compile(r"llama_kv_cache(?:_unified)?:\s+(\w+) KV buffer size\s*=\s*([\d.]+)\s*MiB")

@@ -14,7 +14,27 @@ import time
 
 import numpy as np
 
-from ..metrics import row
+from ..metrics import Metric, row
+from ..metrics import declare as declare_figures
+from . import GPU, Measure, RuleCost, declare
+
+
+# -- What the workflow reads of this measure (quantladder.measures.Measure) and its figures.
+NAME = "speed"
+MEASURE = declare(Measure(
+    NAME, "prompt processing and generation tokens/s with llama-bench's protocol",
+    rules={NAME: RuleCost(GPU, runtime=(15, 1), guess_s=30)},
+    key_engine=("threads",),  # threads change speed, nothing a quality figure reads
+    anchor="speed is a property of the card, not a score: no anchor; parity with llama-bench is checked by "
+           "benchmarks/speed_parity.py",
+    tool_gate="llama-bench", cost=("generation speed", False), cost_rank=2, alone=True))
+
+declare_figures(
+    Metric("pp_tokens_per_s", "tokens/s", "prompt processing (llama-bench's ppN test: N random tokens)", (NAME,),
+           higher_is_better=True, stderr="sd", whole="only", headline_for=(NAME,)),
+    Metric("tg_tokens_per_s", "tokens/s", "generation (llama-bench's tgN test: N single-token decodes)", (NAME,),
+           higher_is_better=True, stderr="sd", whole="only", headline_for=(NAME,), pareto_cost=1),
+)
 
 
 def bench_prompt(ctx, n_tokens: int, n_batch: int, rng) -> None:

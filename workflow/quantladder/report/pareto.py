@@ -8,14 +8,16 @@ import math
 import pandas as pd
 
 from .. import dataset_view as dv
+from .. import measures
 from .. import metrics as qmetrics
 from .figures import STATUS_MARK, Figures, point_values, status_legend
 from .markup import badge, esc, isnan, table, unit_axis, vcell
 
 KV_MARKERS = ["o", "s", "^", "D", "v", "P", "*", "h"]
-# The Pareto fronts' cost axes: (measure, title, lower is better); the metric is each measure's
-# preferred axis the dataset holds (quantladder.metrics: pareto_cost).
-COST_AXES = [("memory", "memory", True), ("speed", "generation speed", False), ("energy", "energy per token", True)]
+# The Pareto fronts' cost axes: (measure, title, lower is better), as each measure declares its own
+# (quantladder.measures: Measure.cost); the metric is each measure's preferred axis the dataset holds
+# (quantladder.metrics: pareto_cost).
+COST_AXES = measures.cost_axes()
 PARETO_HOW = ("<p>Each paired quality figure against a cost; the dotted step is the front (points no other point "
               "beats on both). Perplexity figures are relative to each family's own reference: compare families on "
               "task benchmarks.</p>")

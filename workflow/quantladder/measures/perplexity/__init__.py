@@ -49,3 +49,67 @@ def __getattr__(name: str):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
 
+
+# -- What the workflow reads of this measure (quantladder.measures.Measure) and its figures.
+
+from ...metrics import Metric, declare as declare_figures  # noqa: E402
+from .. import GPU, LOCAL, Measure, RuleCost, declare  # noqa: E402
+
+NAME = "perplexity"
+MEASURE = declare(Measure(
+    NAME, "perplexity and KL divergence from the reference rung on the configured corpora (llama-perplexity's protocol)",
+    rules={
+        # the reference rung's log-probs, once per (card, family, corpus, context)
+        "reference_logits": RuleCost(GPU, runtime=(20, 4), guess_s=15),
+        # one pass: a point on one corpus at one context
+        "perplexity": RuleCost(GPU, runtime=(20, 4), guess_s=15),
+        # the point's passes joined into one metrics file, on the submitting host
+        "perplexity_point": RuleCost(LOCAL, guess_s=1),
+    },
+    # its gate runs on the headline corpus at the measure's context: the list of evaluation corpora, the
+    # long-document passes and the overlap figure are the points' business (adding a corpus re-runs neither
+    # the gate nor other passes)
+    gate_ignores=("kld", "corpora", "long", "overlap"),
+    anchor="perplexity has no published anchor reachable offline (it depends on the exact file, corpus and n_ctx); "
+           "parity with llama-perplexity is checked by benchmarks/ppl_parity.py instead",
+    tool_gate="llama-perplexity"))
+
+_PCT = (("max", "maximum"), ("p99_9", "99.9th percentile"), ("p99", "99th percentile"),
+        ("p95", "95th percentile"), ("p90", "90th percentile"), ("median", "median"),
+        ("p10", "10th percentile"), ("p5", "5th percentile"), ("p1", "1st percentile"),
+        ("p0_1", "0.1th percentile"), ("min", "minimum"))
+
+declare_figures(
+    Metric("ppl", "1", "perplexity on the corpus (llama-perplexity's protocol: second half of each n_ctx chunk)",
+           (NAME,), higher_is_better=False, stderr="se", headline_for=(NAME,)),
+    Metric("ppl_base", "1", "the reference rung's perplexity on the same tokens (from its stored log-probs)",
+           (NAME,), higher_is_better=False, stderr="se"),
+    Metric("ppl_ratio", "1", "PPL(rung) / PPL(reference) on the same tokens", (NAME,), higher_is_better=False,
+           stderr="se"),
+    Metric("ln_ppl_ratio", "nats", "mean per-token ln p_ref − ln p_rung: the paired per-token NLL difference",
+           (NAME,), higher_is_better=False, stderr="se", paired="tokens"),
+    Metric("ppl_diff", "1", "PPL(rung) − PPL(reference) on the same tokens", (NAME,), higher_is_better=False,
+           stderr="se"),
+    Metric("cor_ln_ppl", "1", "correlation of the per-token log-probs of rung and reference", (NAME,),
+           higher_is_better=True),
+    Metric("kld_mean", "nats", "mean KL divergence from the reference rung's token distribution (full vocabulary)",
+           (NAME,), higher_is_better=False, stderr="se", headline_for=(NAME,), paired="tokens"),
+    *(Metric(f"kld_{k}", "nats", f"{d} of the per-token KL divergence", (NAME,), higher_is_better=False,
+             headline_for=(NAME,) if k == "p99_9" else ()) for k, d in _PCT),
+    Metric("delta_p_mean", "%", "mean change of the probability of the correct token vs the reference", (NAME,),
+           higher_is_better=True, stderr="se"),
+    Metric("delta_p_rms", "%", "root mean square of that change", (NAME,), higher_is_better=False, stderr="se"),
+    *(Metric(f"delta_p_{k}", "%", f"{d} of the change of the correct token's probability", (NAME,))
+      for k, d in _PCT),
+    Metric("same_top_token", "%", "share of tokens whose most likely next token equals the reference's", (NAME,),
+           higher_is_better=True, stderr="se", headline_for=(NAME,), score_for=(NAME,), paired="tokens"),
+    # A pass whose text the rung's importance matrix was computed from (issue 16, docs/corpora.md).
+    Metric("calibration_overlap", "%",
+           "share of the pass's evaluation token n-grams (n = measures.perplexity.overlap.ngram, 13) that occur in "
+           "the calibration text of the rung's importance matrix (subset: the evaluation corpus)", (NAME,),
+           higher_is_better=False, whole="none", group="calibration"),
+    Metric("calibration_overlap_flag", "1",
+           "1 when calibration_overlap reaches measures.perplexity.overlap.flag_pct: the pass scores text the "
+           "rung was calibrated on, and its KLD flatters the rung; 0 otherwise", (NAME,), higher_is_better=False,
+           whole="none", group="calibration"),
+)
