@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Rendering parity with llama-server (issue 43): every chat template vendored under llama.cpp's
 models/templates/ (in the llama-cpp-python sdist the project pins) × a fixed set of conversations ×
-the reasoning settings its format takes, rendered by quantladder's generation path
-(``quantladder.reasoning.render``, what ``Engine.chat_prompt`` calls) and by llama.cpp's own
+the reasoning settings its format takes, rendered by quantladder's one renderer (renderer version
+``quantladder.reasoning.RENDERER_VERSION``: ``reasoning.render``, what ``Engine.chat_prompt`` calls
+for every family) and by llama.cpp's own
 renderer (``llama-server --jinja --chat-template-file T``, ``POST /apply-template`` on loopback;
 built from the same vendored source by ``llama_tools.extra_tool``), compared byte for byte.
 
@@ -73,7 +74,7 @@ def settings_for(fmt: R.Format) -> list[tuple[str, R.Settings | None, dict]]:
     """The settings a template is rendered at: (label, quantladder's settings or None for a config
     that sets no reasoning key, the request's chat_template_kwargs that give the server the same).
     Every template: no key set (the server's defaults); a format that thinks: reasoning on and off
-    (``enable_thinking``); harmony: two efforts too; the others: reasoning off (the kwargs path on a
+    (``enable_thinking``); harmony: two efforts too; the others: reasoning off (a key set on a
     template that cannot think; refused for an ``other`` family)."""
     out: list[tuple[str, R.Settings | None, dict]] = [("default", None, {})]
     if fmt.kind in (R.TAGS, R.HARMONY):
@@ -156,13 +157,13 @@ def ours(name: str, template: str, fmt: R.Format, settings: R.Settings | None, c
         if not raw:
             return "refused", str(e)
         setup = R.Setup(name, fmt, settings or R.Settings(), True)
-    kwargs = dict(setup.kwargs or {})
+    kwargs = dict(setup.kwargs)
     if conv.get("tools"):
         kwargs["tools"] = conv["tools"]
     messages = copy.deepcopy(conv["messages"])
     try:
-        f = _formatter(template, bos, eos, bool(kwargs))
-        if raw and kwargs:
+        f = _formatter(template, bos, eos, True)
+        if raw:
             msgs = R.server_messages(template, messages, R.supports_system_role(f, template))
             return "ok", R.render_context(f, msgs, kwargs)
         return "ok", R.render(f, template, messages, kwargs)
@@ -262,7 +263,8 @@ def main():
     print(fmt_table(["template", "format", "server handler", *kinds], table))
     total = Counter(r["verdict"] for r in rows)
     print(f"\n{len(by_t)} templates, {len(rows)} cells ({len(CONVERSATIONS)} conversations × settings) in "
-          f"{seconds:.0f} s; llama-cpp-python {version}, vendored llama.cpp {llama_cpp_version(sdist)}: "
+          f"{seconds:.0f} s; renderer {R.RENDERER_VERSION}, llama-cpp-python {version}, vendored llama.cpp "
+          f"{llama_cpp_version(sdist)}: "
           + ", ".join(f"{k} {total.get(k, 0)}" for k in kinds))
     refused_raw = Counter(r["raw"].split(" at ")[0][:60] for r in rows if r["verdict"] == "refused")
     if refused_raw:

@@ -159,11 +159,11 @@ def test_reasoning_off_writes_a_closed_block_and_the_reply_is_answer(eng):
 
 
 def test_a_family_that_cannot_think_decodes_as_without_the_settings(smollm_q8):
-    """SmolLM2's own template (format none): with nothing set there are no kwargs and no plan, and
+    """SmolLM2's own template (format none): with nothing set its kwargs say no thinking, there is no plan, and
     the reply and its record are the ones of an engine without any setup."""
     with Engine(str(smollm_q8), EngineSettings(n_ctx=160, n_threads=1)) as e:
         s = R.setup_for({"generation": {}, "families": {"fam": {"source": {"path": "x"}}}}, "fam", e.chat_template)
-        assert s.format.name == "none" and s.kwargs is None and not s.splits
+        assert s.format.name == "none" and s.kwargs["enable_thinking"] is False and not s.splits
         a = ask(e, None, 12)
         b = ask(e, s, 12)
         assert e.reply_plan(e.chat_prompt(QUESTION)) is None

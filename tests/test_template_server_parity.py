@@ -3,12 +3,10 @@
 ``llama-server --jinja --chat-template-file T`` built from the vendored source
 (``llama_tools.extra_tool``) answering ``POST /apply-template`` on loopback, byte for byte.
 
-Every vendored template whose replies are split (a thinking format: always rendered with the kwargs,
-as the server renders) and a sample of the others, × the fixed conversations of
-benchmarks/template_parity.py (which runs the full sweep for docs/thinking.md) × the settings each
-takes: every cell is identical or refused by quantladder with its reason; the known differences of
-the plain path (a family that cannot think, no reasoning key set: rendered as it always was) are
-asserted as they are documented. About a second per template (one server each).
+Every vendored template whose replies are split (a thinking format) and a sample of the others, × the
+fixed conversations of benchmarks/template_parity.py (which runs the full sweep for docs/thinking.md)
+× the settings each takes: one renderer for every family, and every cell is identical or refused by
+quantladder with its reason. About a second per template (one server each).
 """
 
 from __future__ import annotations
@@ -26,9 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import template_parity as TP  # noqa: E402
 
-# Templates that cannot think, rendered on both paths: plain chat templates, one whose template
-# raises on a system message (the server merges it into the user turn), tool-use templates that loop
-# over ``tools`` unguarded, an ``other`` family (refused with a key set), and Llama 3.1's dated one.
+# Templates that cannot think: plain chat templates, one whose template raises on a system message
+# (the server merges it into the user turn), a tool-use template that loops over ``tools`` unguarded,
+# an ``other`` family (refused with a key set), Llama 3.1's dated one (refused) and Llama 3.2's (today's
+# date, as the server), Devstral's (the server's Ministral-3 rewrite).
 PLAIN_SAMPLE = ("Qwen-Qwen2.5-7B-Instruct", "meta-llama-Llama-3.2-3B-Instruct", "microsoft-Phi-3.5-mini-instruct",
                 "google-gemma-2-2b-it", "NousResearch-Hermes-3-Llama-3.1-8B-tool_use", "Kimi-K3",
                 "meta-llama-Llama-3.1-8B-Instruct", "unsloth-mistral-Devstral-Small-2507")
@@ -99,55 +98,64 @@ def test_the_server_message_rewrites_are_what_makes_the_reasoning_turn_equal(swe
 
 
 def test_templates_that_cannot_think(sweep):
+    """Templates that cannot think render by the same renderer, as the server: every cell identical, or
+    refused with its reason (a tool conversation; an ``other`` family with a key set; a template that
+    reads the date the server writes and renders otherwise without it)."""
     rows = {n: sweep[n] for n in PLAIN_SAMPLE}
-    # with a reasoning key set (the kwargs path, as the server renders): identical, or refused with the reason
     for name, cells in rows.items():
-        for r in _cells(cells, setting="off"):
-            if name == "Kimi-K3":  # thinks in markers not split here: any key refused
+        for r in cells:
+            if name == "meta-llama-Llama-3.1-8B-Instruct":  # its fallback is a fixed date, the server's today
+                assert r["verdict"] == "refused" and "reads date_string" in r["detail"], r
+                assert "refused for generation" in r["detail"]
+            elif name == "Kimi-K3" and r["setting"] == "off":  # thinks in markers not split here: any key refused
                 assert r["verdict"] == "refused" and "does not split" in r["detail"], r
             elif r["conversation"] == "tool":
                 assert r["verdict"] == "refused" and TOOL_REFUSAL in r["detail"], r
-            elif name == "meta-llama-Llama-3.1-8B-Instruct":
-                continue  # the date, below
             else:
-                assert r["verdict"] == "identical", r
-    # with no key set (the plain path, as it always rendered): identical but for the documented differences
-    for name in ("Qwen-Qwen2.5-7B-Instruct", "meta-llama-Llama-3.2-3B-Instruct", "microsoft-Phi-3.5-mini-instruct",
-                 "Kimi-K3"):
-        assert all(r["verdict"] == "identical" for r in _cells(rows[name], setting="default")
-                   if r["conversation"] != "tool"), name
+                assert r["verdict"] == "identical", (name, r["setting"], r["conversation"], r["detail"])
+    # what the plain formatter call got wrong, and the one renderer gets right (no key set):
     gemma2 = {r["conversation"]: r for r in _cells(rows["google-gemma-2-2b-it"], setting="default")}
-    assert gemma2["user"]["verdict"] == "identical"
-    for c in ("system", "turns"):  # the template raises; the server merges the system message into the user turn
-        assert gemma2[c]["verdict"] == "raises" and "System role not supported" in gemma2[c]["detail"]
-        assert "You are a careful assistant.\nWhat is 2 + 2?" in gemma2["system"]["server_prompt"]
-    for r in _cells(rows["NousResearch-Hermes-3-Llama-3.1-8B-tool_use"], setting="default"):
-        if r["conversation"] != "tool":  # the formatter's tools=None, looped over
-            assert r["verdict"] == "raises" and "NoneType" in r["detail"], r
-    for setting in ("default", "off"):  # the server writes today's date, the template's default is kept here
-        for r in _cells(rows["meta-llama-Llama-3.1-8B-Instruct"], setting=setting):
-            if r["conversation"] == "tool":
-                continue
-            assert r["verdict"] == "differs", r
-            s, q = r["server_prompt"], r["quantladder_prompt"]
-            assert "Today Date: 26 Jul 2024" in q and "Today Date: 26 Jul 2024" not in s
-            date = s.split("Today Date: ", 1)[1].split("\n", 1)[0]
-            assert s.replace(f"Today Date: {date}", "Today Date: 26 Jul 2024") == q
+    # the template raises on a system message; the server merges it into the user turn, and so do we
+    assert "You are a careful assistant.\nWhat is 2 + 2?" in gemma2["system"]["quantladder_prompt"]
+    hermes = _cells(rows["NousResearch-Hermes-3-Llama-3.1-8B-tool_use"], setting="default", conversation="user")[0]
+    assert hermes["verdict"] == "identical"  # the formatter's tools=None is not in the server's context
     devstral = {r["conversation"]: r for r in _cells(rows["unsloth-mistral-Devstral-Small-2507"], setting="default")}
     # the server's Ministral-3 rewrite makes an assistant turn with reasoning a [thinking, text] list, of
-    # which Devstral's template prints the first block's text: the answer of that turn is dropped there
-    assert devstral["reasoning"]["verdict"] == "differs" and "No: 91" not in devstral["reasoning"]["server_prompt"]
-    assert _cells(rows["unsloth-mistral-Devstral-Small-2507"], setting="off", conversation="reasoning")[0][
-        "verdict"] == "identical"
+    # which Devstral's template prints the first block's text: that turn's answer is dropped, on both sides
+    turn = devstral["reasoning"]
+    assert turn["verdict"] == "identical" and "No: 91" not in turn["quantladder_prompt"]
+    # Llama 3.2 reads date_string too, but falls back to today's date (strftime_now) as the server fills it
+    llama32 = _cells(rows["meta-llama-Llama-3.2-3B-Instruct"], setting="default", conversation="system")[0]
+    assert llama32["verdict"] == "identical" and "Today Date: " in llama32["server_prompt"]
 
 
-def test_a_split_family_whose_template_reads_the_date_is_refused():
+def test_a_template_that_reads_the_servers_date_is_refused(templates):
+    """A family, thinking or not, whose template renders otherwise without the date llama-server writes
+    (``date_string``/``datetime``) is refused at its setup, naming the family; one whose own fallback is
+    today's date, as the server's, is not."""
     dated = ("{{ bos_token }}Today Date: {{ date_string | default('26 Jul 2024') }}"
              "<think>{{ messages[0].content }}</think>")
     cfg = {"generation": {}, "families": {"f": {"source": {"path": "x"}}}}
-    with pytest.raises(R.ConfigError, match="family f: its chat template reads date_string"):
+    with pytest.raises(R.ConfigError, match="family f: its chat template reads date_string.*refused for generation"):
         R.setup_for(cfg, "f", dated)
-    R.setup_for(cfg, "f", dated.replace("<think>", "").replace("</think>", ""))  # cannot think: rendered as always
+    with pytest.raises(R.ConfigError, match="family f: its chat template reads date_string"):  # cannot think
+        R.setup_for(cfg, "f", dated.replace("<think>", "").replace("</think>", ""))
+    for name in ("meta-llama-Llama-3.1-8B-Instruct", "meta-llama-Llama-3.3-70B-Instruct",
+                 "fireworks-ai-llama-3-firefunction-v2"):
+        assert R.server_refusal(templates[name].read_text()), name
+    today = "{{ bos_token }}{% if date_string is not defined %}{% set date_string = strftime_now('%d %b %Y') %}" \
+            "{% endif %}Today Date: {{ date_string }} {{ messages[0].content }}"
+    assert R.server_refusal(today) is None
+    assert R.server_refusal(templates["meta-llama-Llama-3.2-3B-Instruct"].read_text()) is None
+    assert R.setup_for(cfg, "f", today).kwargs["enable_thinking"] is False
+    # the planning check refuses it before anything runs, for a family with no reasoning key set
+    planned = {"generation": {}, "families": {
+        "plain": {"chat_template": {"file": str(templates["meta-llama-Llama-3.2-3B-Instruct"])}},
+        "f": {"chat_template": {"file": str(templates["meta-llama-Llama-3.1-8B-Instruct"])}}}}
+    with pytest.raises(R.ConfigError, match="family f: its chat template reads date_string"):
+        R.plan_check(planned)
+    planned["families"]["f"]["chat"] = False  # a base model renders no template: nothing to refuse
+    R.plan_check(planned)
 
 
 def test_engine_chat_prompt_renders_as_the_server_with_the_ggufs_own_template(smollm_source, templates, server_exe,
@@ -173,3 +181,37 @@ def test_engine_chat_prompt_renders_as_the_server_with_the_ggufs_own_template(sm
             ok, want = server.apply({"messages": TP.CONVERSATIONS[c]["messages"],
                                      "chat_template_kwargs": {"enable_thinking": True}})
             assert ok and prompt == want, (c, TP.first_difference(want, prompt))
+
+
+def test_engine_chat_prompt_renders_a_family_that_cannot_think_as_the_server(smollm_source, templates, server_exe,
+                                                                            tmp_path):
+    """End to end, no reasoning key set, a template that cannot think: Devstral's writes ``eos_token``
+    after every assistant turn (the special token's own text, as the server gives it; the plain
+    formatter call wrote "" for SmolLM2's control-token EOS) and gets the server's Ministral-3 rewrite.
+    An engine whose template reads the server's date is refused, naming its model."""
+    import provenance_util
+
+    name = "unsloth-mistral-Devstral-Small-2507"
+    template = templates[name].read_text()
+    path = provenance_util.mutate(smollm_source, tmp_path / "smollm2-devstral.gguf",
+                                  {"tokenizer.chat_template": template})
+    cfg = {"generation": {}, "families": {"f": {"source": {"path": str(path)}}}}
+    with Engine(str(path), EngineSettings(n_ctx=256, n_threads=1)) as eng:
+        eng.reasoning = R.setup_for(cfg, "f", eng.chat_template)
+        assert eng.reasoning.format.name == "none" and not eng.reasoning.splits
+        ours = {c: eng.chat_prompt(copy.deepcopy(conv["messages"])) for c, conv in TP.CONVERSATIONS.items()
+                if c != "tool"}
+        eos = eng.detokenize_bytes([eng.token_eos()], special=True).decode()
+    assert eos and eos in ours["turns"]  # written after the assistant turn
+    server = TP.Server(server_exe, path, templates[name], tmp_path / "server.log")
+    server.cmd = [a for a in server.cmd if a not in ("--chat-template-file", str(templates[name]))]
+    with server:
+        for c, prompt in ours.items():
+            ok, want = server.apply({"messages": TP.CONVERSATIONS[c]["messages"]})
+            assert ok and prompt == want, (c, TP.first_difference(want, prompt))
+    llama31 = templates["meta-llama-Llama-3.1-8B-Instruct"].read_text()
+    dated = provenance_util.mutate(smollm_source, tmp_path / "smollm2-llama31.gguf",
+                                   {"tokenizer.chat_template": llama31})
+    with Engine(str(dated), EngineSettings(n_ctx=256, n_threads=1)) as eng:
+        with pytest.raises(R.ConfigError, match=r"smollm2-llama31\.gguf: its chat template reads date_string"):
+            eng.chat_prompt([{"role": "user", "content": "Hi"}])

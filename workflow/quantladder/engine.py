@@ -412,46 +412,42 @@ class Engine(LlamaHandle):
 
     def chat_prompt(self, messages: list[dict], add_generation_prompt: bool = True,
                     template_kwargs: dict | None = None) -> str:
-        """Render ``messages`` with the GGUF's own chat template (the raw completion path), through
-        llama-cpp-python's Jinja2ChatFormatter with the BOS/EOS texts it would use.
+        """Render ``messages`` with the GGUF's own chat template as llama-server renders it
+        (quantladder.reasoning.render: its source patches, message rewrites and context, the special
+        tokens' BOS/EOS texts; tool calls refused), for every family: one renderer, checked against
+        the server's ``/apply-template`` (docs/thinking.md, "Rendering parity with llama-server").
 
-        ``template_kwargs``: more variables for the template (``enable_thinking``,
-        ``reasoning_effort``, ...: quantladder.reasoning.template_kwargs), given to the formatter's
-        call, which hands its extra keyword arguments to the template's render. With kwargs (the
-        family's or the caller's) the prompt is rendered as llama-server renders it
-        (quantladder.reasoning.render: its source patches and message rewrites; tool calls refused);
-        without kwargs the call is the one it always was."""
+        The template's context holds the family's reasoning kwargs (``self.reasoning``; without a
+        setup, what the server passes when nothing is set: ``reasoning.default_kwargs``) under the
+        caller's own ``template_kwargs``. A template the server renders otherwise (it reads the date
+        the server writes) is refused with the reason (a ConfigError naming the model)."""
         from . import reasoning
-
-        kwargs = dict(template_kwargs or {})
-        setup_kw = self.reasoning.kwargs if self.reasoning is not None else None
-        if setup_kw:  # the family's reasoning kwargs, under the caller's own
-            kwargs = {**setup_kw, **kwargs}
-        # variables the formatter passes itself: a kwarg of the same name would collide in its call
-        own = ("messages", "add_generation_prompt", "bos_token", "eos_token", "raise_exception", "strftime_now",
-               "functions", "function_call", "tool_choice")
-        clash = sorted(k for k in kwargs if k in own)
-        if clash:
-            raise ConfigError(f"{self.model_path}: template_kwargs {', '.join(clash)}: set by the renderer itself")
 
         tmpl = self.chat_template
         if not tmpl:
             raise ConfigError(f"{self.model_path}: the GGUF has no chat template (tokenizer.chat_template)")
-
-        # with kwargs, as llama-server renders (its source patches and message rewrites:
-        # quantladder.reasoning.render); without, the plain call it always was
-        server = bool(kwargs)
+        base = self.reasoning.kwargs if self.reasoning is not None else reasoning.default_kwargs(tmpl)
+        kwargs = {**base, **(template_kwargs or {})}  # the family's kwargs under the caller's own
+        # variables the renderer passes itself: a kwarg of the same name would collide in its context
+        own = ("messages", "add_generation_prompt", "bos_token", "eos_token", "raise_exception", "strftime_now",
+               "functions", "function_call", "tool_choice")
+        clash = sorted(k for k in (template_kwargs or {}) if k in own)
+        if clash:
+            raise ConfigError(f"{self.model_path}: template_kwargs {', '.join(clash)}: set by the renderer itself")
+        why = reasoning.server_refusal(tmpl)
+        if why:
+            raise ConfigError(f"{self.model_path}: {why}; it is refused for generation")
 
         def render(msgs, agp: bool) -> str:
-            fmt = self._template.get((agp, server))
+            fmt = self._template.get((agp, True))
             if fmt is None:
-                # the BOS/EOS texts: on the kwargs path the server's (the special token's own text,
-                # common_token_to_piece with special=true); the plain path keeps what it always gave
+                # the BOS/EOS texts are the server's: the special token's own text
+                # (common_token_to_piece with special=true)
                 bos_id, eos_id = self.token_bos(), self.token_eos()
-                bos = self.detokenize_bytes([bos_id], special=server).decode(errors="replace") if bos_id >= 0 else ""
-                eos = self.detokenize_bytes([eos_id], special=server).decode(errors="replace") if eos_id >= 0 else ""
-                fmt = reasoning.formatter(tmpl, bos, eos, agp, server)
-                self._template[(agp, server)] = fmt
+                bos = self.detokenize_bytes([bos_id], special=True).decode(errors="replace") if bos_id >= 0 else ""
+                eos = self.detokenize_bytes([eos_id], special=True).decode(errors="replace") if eos_id >= 0 else ""
+                fmt = reasoning.formatter(tmpl, bos, eos, agp)
+                self._template[(agp, True)] = fmt
             return reasoning.render(fmt, tmpl, msgs, kwargs, add_bos=bool(self.lc.llama_vocab_get_add_bos(self.vocab)),
                                     add_eos=bool(self.lc.llama_vocab_get_add_eos(self.vocab)))
 

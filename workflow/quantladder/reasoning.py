@@ -180,12 +180,11 @@ def check_family(fmt: Format, settings: Settings, family: str, source: str = "co
 
 
 def check_rendering(fmt: Format, template: str | None, family: str, source: str = "config") -> None:
-    """Refuse a family whose replies are split (so it always renders with the kwargs, as llama-server
-    renders) where its template cannot be rendered as the server renders it (:func:`server_refusal`)."""
-    if fmt.kind in (TAGS, HARMONY):
-        why = server_refusal(template)
-        if why:
-            raise ConfigError(f"{source}: family {family}: {why}")
+    """Refuse a family, whatever its format, whose template cannot be rendered as llama-server renders
+    it (:func:`server_refusal`): its prompts would differ from the server's in silence."""
+    why = server_refusal(template)
+    if why:
+        raise ConfigError(f"{source}: family {family}: {why}; it is refused for generation")
 
 
 def template_kwargs(fmt: Format, settings: Settings) -> dict:
@@ -220,15 +219,23 @@ def template_kwargs(fmt: Format, settings: Settings) -> dict:
 
 
 # -- rendering as llama-server renders -------------------------------------------------------------
-# A family rendered with the kwargs (every family whose replies are split, and any family where the
-# config sets a reasoning key: Setup.kwargs) is rendered as llama-server renders it: what the server
-# does to the template's source and to the messages before its template sees them is done here too
-# (tools/server/server-common.cpp ``oaicompat_chat_params_parse``, common/chat.cpp
-# ``common_chat_templates_init`` and ``common_chat_templates_apply_jinja``, the specialised handlers of
-# common/parsers/*.cpp). Checked byte for byte against the server's ``/apply-template`` on every
-# vendored template (tests/test_template_server_parity.py, benchmarks/template_parity.py,
-# docs/thinking.md "Rendering parity with llama-server"). A family rendered without kwargs renders
-# as it always did (the plain call), whatever the server would do.
+# Every chat prompt is rendered as llama-server renders it, by one renderer (:func:`render`), whether
+# the family can think or not: what the server does to the template's source and to the messages
+# before its template sees them is done here too (tools/server/server-common.cpp
+# ``oaicompat_chat_params_parse``, common/chat.cpp ``common_chat_templates_init`` and
+# ``common_chat_templates_apply_jinja``, the specialised handlers of common/parsers/*.cpp), and the
+# template's context is the server's (its kwargs for the family's settings: :func:`template_kwargs`).
+# Checked byte for byte against the server's ``/apply-template`` on every vendored template
+# (tests/test_template_server_parity.py, benchmarks/template_parity.py, docs/thinking.md "Rendering
+# parity with llama-server"); a template that cannot be rendered as the server renders it is refused
+# (:func:`server_refusal`), never rendered otherwise.
+
+# The renderer's version: it enters every task point's generation key (quantladder.manifest.spec), so
+# that replies made from prompts rendered by an earlier renderer are made again rather than read as
+# valid. 1: the plain formatter call for families that cannot think, llama-server's rendering for the
+# others; 2: llama-server's rendering for every family (its message rewrites, its context, the special
+# tokens' BOS/EOS texts), templates that read the server's date refused.
+RENDERER_VERSION = 2
 
 def server_handler(template: str) -> str | None:
     """Which of llama.cpp's specialised handlers llama-server gives a template, by the same tests
@@ -280,7 +287,7 @@ _SOURCE_PATCHES = (
 
 # Context variables llama-server fills that this renderer leaves out on purpose (the day the server
 # runs: common/chat.cpp ``common_chat_extra_context``): a template that reads them cannot render as
-# the server does, and a family that must (its replies are split) is refused (:func:`setup_for`).
+# the server does, and is refused for generation (:func:`setup_for`, ``Engine.chat_prompt``).
 _SERVER_DATE_VARIABLES = ("date_string", "datetime")
 
 
@@ -292,13 +299,44 @@ def server_source(template: str) -> str:
     return template
 
 
+_DATE_REFUSAL: dict[str, bool] = {}
+_DATE_PROBES = ([{"role": "user", "content": "QL_DATE_PROBE"}],
+                [{"role": "system", "content": "QL_DATE_PROBE_SYSTEM"}, {"role": "user", "content": "QL_DATE_PROBE"}])
+
+
+def _reads_server_date(template: str) -> bool:
+    """Whether the template renders otherwise with the date variables llama-server fills
+    (common/chat.cpp ``common_chat_extra_context``: ``date_string`` "%d %b %Y", ``datetime`` "%b %d %Y",
+    today) than without them: rendered both ways on a user turn, and on a system and a user turn. A
+    template that falls back to today's date itself (Llama 3.2's ``strftime_now``) renders the same;
+    one whose fallback is a fixed date (Llama 3.1's "26 Jul 2024") or that fails without them
+    (firefunction v2) does not."""
+    if template not in _DATE_REFUSAL:
+        import datetime as _dt
+
+        now = _dt.datetime.now()
+        dates = {"date_string": now.strftime("%d %b %Y"), "datetime": now.strftime("%b %d %Y")}
+        try:
+            f = formatter(template, "", "", True)
+            differs = any(render_context(f, [dict(m) for m in msgs], {}) != render_context(f, [dict(m) for m in msgs],
+                                                                                          dates)
+                          for msgs in _DATE_PROBES)
+        except Exception:  # noqa: BLE001 (the template's own error without them: it cannot render as the server)
+            differs = True
+        _DATE_REFUSAL[template] = differs
+        while len(_DATE_REFUSAL) > 64:
+            _DATE_REFUSAL.pop(next(iter(_DATE_REFUSAL)))
+    return _DATE_REFUSAL[template]
+
+
 def server_refusal(template: str | None) -> str | None:
     """Why a template cannot be rendered as llama-server renders it, or None. The one known case:
     it reads the date the server writes into every rendering (``date_string``/``datetime``, today's
-    date there; a point's prompt here must not change with the day it runs)."""
+    date there) and renders otherwise without it (:func:`_reads_server_date`); this renderer leaves
+    them out, as a point's prompt must not change with the day it runs."""
     t = template or ""
     used = [v for v in _SERVER_DATE_VARIABLES if v in t]
-    if used:
+    if used and _reads_server_date(t):
         return (f"its chat template reads {' and '.join(used)}, which llama-server fills with the date it runs "
                 "on and quantladder leaves to the template's default (a point's prompt must not change with the "
                 "day): it cannot render this template as the server does (docs/thinking.md, 'Rendering parity "
@@ -382,9 +420,10 @@ def server_messages(template: str, messages: Sequence[dict], system_role: bool =
     return out
 
 
-def formatter(template: str, bos_token: str, eos_token: str, add_generation_prompt: bool, server: bool):
+def formatter(template: str, bos_token: str, eos_token: str, add_generation_prompt: bool, server: bool = True):
     """The compiled renderer of a template: llama-cpp-python's Jinja2ChatFormatter with the BOS/EOS
-    texts (``server``: over the source as llama-server patches it, :func:`server_source`)."""
+    texts, over the source as llama-server patches it (:func:`server_source`; ``server=False``: the
+    source as it is, only to show what the patches change)."""
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
     return Jinja2ChatFormatter(template=server_source(template) if server else template, bos_token=bos_token,
@@ -393,17 +432,21 @@ def formatter(template: str, bos_token: str, eos_token: str, add_generation_prom
 
 def render(fmt, template: str, messages: Sequence[dict], kwargs: dict | None = None, *, add_bos: bool = False,
            add_eos: bool = False) -> str:
-    """One rendering on the generation path (``Engine.chat_prompt``). ``fmt``: :func:`formatter`
-    of ``template``, built with ``server=bool(kwargs)``. Without kwargs, the plain call it always was;
-    with them, as llama-server: the messages as it rewrites them (:func:`server_messages`) and the
-    kwargs in the context. Tool calls, tool results and ``tools`` are refused on that path: the
-    server rewrites them per template capability (string arguments parsed to objects where the
-    template takes objects, Gemma 4's and DeepSeek V4's tool-result rewrites) and its Jinja engine
-    has what jinja2 lacks (``from_json``, a list's ``append``); no exam passes them. ``add_bos`` /
-    ``add_eos``: the vocabulary adds BOS / EOS itself, and the server then cuts a leading BOS text /
-    a trailing EOS text off the rendering (the tokens are the same: the engine adds no second BOS)."""
-    if not kwargs:
-        return fmt(messages=list(messages)).prompt
+    """One rendering on the generation path (``Engine.chat_prompt``), as llama-server renders it, for
+    every family: the messages as it rewrites them (:func:`server_messages`) and its context (the
+    kwargs: :func:`template_kwargs` of the family's settings; llama-server passes them to every
+    template, one that cannot think included). ``fmt``: :func:`formatter` of ``template``. A template
+    the server renders otherwise (:func:`server_refusal`) is refused. Tool calls, tool results and
+    ``tools`` are refused: the server rewrites them per template capability (string arguments parsed
+    to objects where the template takes objects, Gemma 4's and DeepSeek V4's tool-result rewrites)
+    and its Jinja engine has what jinja2 lacks (``from_json``, a list's ``append``); no exam passes
+    them. ``add_bos`` / ``add_eos``: the vocabulary adds BOS / EOS itself, and the server then cuts a
+    leading BOS text / a trailing EOS text off the rendering (the tokens are the same: the engine
+    adds no second BOS)."""
+    kwargs = dict(kwargs or {})
+    why = server_refusal(template)
+    if why:
+        raise ConfigError(why)
     if "tools" in kwargs or any(m.get("tool_calls") or m.get("role") == "tool" for m in messages):
         raise ConfigError("a chat prompt with tools, tool calls or tool results: quantladder does not render them as "
                           "llama-server does (docs/thinking.md, 'Rendering parity with llama-server')")
@@ -432,6 +475,13 @@ def render_context(fmt, messages: list[dict], kwargs: dict) -> str:
     if fmt.add_generation_prompt:
         ctx["add_generation_prompt"] = True
     return fmt._environment.render(**ctx)
+
+
+def default_kwargs(template: str | None) -> dict:
+    """The kwargs llama-server renders a template with when nothing is set (``--reasoning auto``): for
+    an engine that renders without a family's setup (items made with the reference's tokenizer, a
+    benchmark script)."""
+    return template_kwargs(detect(template), Settings())
 
 
 # -- where the reply starts ------------------------------------------------------------------------
@@ -808,10 +858,10 @@ def is_set(cfg: dict, family: str | None = None) -> bool:
 @dataclass(frozen=True)
 class Setup:
     """How one family generates: its format, the settings, and whether the config set them
-    (``explicit``). A family whose format thinks in markers split here (``splits``) always gets the
-    kwargs (``auto`` when nothing is set, as llama-server) and the split; a family that cannot think
-    gets the kwargs only where the config set a key, so a config that sets none renders, decodes and
-    records its replies exactly as before the keys existed."""
+    (``explicit``). Every family renders with the kwargs of its settings (``auto`` when nothing is
+    set), as llama-server renders; a family whose format thinks in markers split here (``splits``)
+    also decodes with the budget and records the split; a family that cannot think (or thinks in
+    markers not split here) with nothing set decodes and records as before the keys existed."""
 
     family: str
     format: Format
@@ -823,9 +873,9 @@ class Setup:
         return self.format.kind in (TAGS, HARMONY)
 
     @property
-    def kwargs(self) -> dict | None:
-        if not (self.explicit or self.splits):
-            return None
+    def kwargs(self) -> dict:
+        """The template's context for these settings, as llama-server gives it to every template
+        (those that cannot think included: ``enable_thinking`` false there)."""
         return template_kwargs(self.format, self.settings)
 
     def record(self) -> dict:
@@ -902,21 +952,21 @@ def planning_template(fam: dict) -> tuple[bool, str | None]:
 
 
 def plan_check(cfg: dict, source: str = "config") -> None:
-    """At planning (config validation, the DAG's build): every enabled chat family whose config sets
-    reasoning is checked against its template where the file is on this machine (a hub file not
-    fetched yet is checked by its generate job, with the same error)."""
-    if not any(is_set(cfg, f) for f in cfg.get("families") or {}):
-        return
-    validate_generation(cfg.get("generation"), source)
+    """At planning (config validation, the DAG's build): every enabled chat family is checked against
+    its template where the file is on this machine: a template that cannot be rendered as llama-server
+    renders it is refused (:func:`check_rendering`), and a family whose config sets reasoning is
+    checked against what its template can do (a hub file not fetched yet is checked by its generate
+    job, with the same errors)."""
+    if any(is_set(cfg, f) for f in cfg.get("families") or {}):
+        validate_generation(cfg.get("generation"), source)
     for name, fam in (cfg.get("families") or {}).items():
         fam = fam or {}
-        if not fam.get("enabled", True) or not fam.get("chat", True) or not is_set(cfg, name):
-            continue
-        if fam.get("reasoning_format"):
-            setup_for(cfg, name, None, source)
+        if not fam.get("enabled", True) or not fam.get("chat", True):
             continue
         found, template = planning_template(fam)
-        if found:
+        if fam.get("reasoning_format") and is_set(cfg, name):
+            setup_for(cfg, name, template if found else None, source)
+        elif found:
             setup_for(cfg, name, template, source)
 
 
