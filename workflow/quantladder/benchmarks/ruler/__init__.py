@@ -9,7 +9,7 @@ types come from the point, never from here.
 
 from __future__ import annotations
 
-from ... import metrics, schemas
+from ... import metrics, reasoning, schemas
 from ...engine import Engine, EngineSettings
 from ...errors import ConfigError
 from ...gguf_meta import read_info
@@ -23,7 +23,9 @@ from .tasks import SYNTHETIC, TASKS, TaskSpec, task  # noqa: F401
 
 # Bumped when item generation or scoring changes what a RULER figure means; it goes into the rules'
 # params, because Snakemake does not track the modules a script imports.
-RULER_VERSION = "1"
+# 2: a thinking family's prompts rendered with its reasoning settings at generation, its answer prefix
+# left out where the reply may think, and its items' lengths keeping room for the thinking.
+RULER_VERSION = "2"
 
 def resolve_settings(section: dict | None) -> dict:
     """benchmarks.ruler with its schema's defaults filled (a null other than time_budget_s takes the
@@ -103,11 +105,15 @@ class Ruler(Benchmark):
         chat = bool(family.get("chat", True))
         # Only the tokenizer and chat template are used: a small context, no GPU.
         with Engine(reference_gguf, EngineSettings(n_ctx=512, n_gpu_layers=0, n_threads=threads)) as eng:
+            if chat:  # the family's own reasoning keys (families.<f>.reasoning) for the thinking's room
+                eng.reasoning = reasoning.setup_for({"generation": {}, "families": {"(ruler items)": family}},
+                                                    "(ruler items)", eng.chat_template, "benchmarks.ruler items")
             raw = build.build_items(fmt=build.PromptFormat(eng, chat=chat), blocks=blocks, seed=s["seed"],
                                     words=words, essay=essay, qa=qa_data, log=log)
         items = [Item(id=r["item_id"], subset=r["task"], n_ctx=r["length"],
                       data={k: r[k] for k in ("prompt", "tokens_to_generate", "task", "kind", "length", "index",
-                                              "seed", "size", "n_prompt_tokens", "needles", "meta")},
+                                              "seed", "size", "n_prompt_tokens", "needles", "meta", "text",
+                                              "answer_prefix", "chat", "thinking_room")},
                       answer={"answers": r["answers"], "metric": r["metric"]}) for r in raw]
         return items, {**facts, "n_ctx_train": info.n_ctx_train, "chat": chat}
 
@@ -120,7 +126,12 @@ class Ruler(Benchmark):
         return max(known, default=int(n_ctx_train or 0) or 4096)
 
     def drive(self, item, engine, env):
-        gen = yield from self.ask(engine, item.data["prompt"], item.data["tokens_to_generate"])
+        """The item's prompt rendered by the job's engine, with the family's reasoning settings (its
+        setup: the kwargs, the reply's plan from the rendered turn), as every other exam renders; the
+        item's own ``prompt`` (made with the family's own keys, to fit its length) for a base model."""
+        d = item.data
+        prompt = build.chat_prompt(engine, d["text"], d["answer_prefix"]) if d.get("chat") else d["prompt"]
+        gen = yield from self.ask(engine, prompt, d["tokens_to_generate"])
         return {**gen.record(), "loop_share": round(repeated_ngram_share(gen.text), 4)}
 
     def verdicts(self, items, generations, ctx):

@@ -20,21 +20,53 @@ from . import tasks as T
 TRAINED = "trained"  # a length: the model's trained context (GGUF <arch>.context_length), read when items are made
 
 
+def chat_prompt(engine, text: str, answer_prefix: str) -> str:
+    """RULER's prompt in the family's chat template, as ``engine`` renders it (Engine.chat_prompt: with
+    the family's reasoning kwargs where the engine carries its setup): the task text as the user turn,
+    and RULER's answer prefix after the assistant tag, as RULER appends it after its model template
+    (scripts/data/prepare.py). A thinking family's reply may think first (its replies are split and
+    its generation prompt holds no closed thinking block): there the answer prefix would be written
+    before or inside the thinking, so it is left out, and the answer (after the thinking) is what
+    RULER's match reads (docs/thinking.md, "RULER")."""
+    rendered = engine.chat_prompt([{"role": "user", "content": text}])
+    plan = engine.reply_plan(rendered)
+    if plan is not None and not plan.thinking_in_prompt:
+        return rendered
+    return rendered + answer_prefix
+
+
+def thinking_room(plan) -> int:
+    """Tokens an item's length keeps for the thinking before the answer (a ReplyPlan, or None for a
+    family whose replies are not split): at most the start tag the reply writes, the budget and the
+    forced end (message + end tag); none where the thinking is closed in the prompt. An unlimited
+    budget (-1) keeps none: the item's length is its cap, and a thinking that runs into it leaves no
+    answer (``thinking_cap``)."""
+    if plan is None or plan.thinking_in_prompt or plan.budget < 0:
+        return 0
+    return (0 if plan.started_in_thinking else len(plan.start)) + plan.budget + len(plan.forced)
+
+
 @dataclass
 class PromptFormat:
     """Task text -> the prompt the model sees, and its length in the model's tokens.
 
-    ``chat``: the task text is the user turn of the GGUF's own chat template (Engine.chat_prompt)
-    and RULER's answer prefix follows the assistant tag, as RULER appends it after its model
-    template (scripts/data/prepare.py). Without chat the text is used raw (RULER's 'base' template).
+    ``chat``: the task text is the user turn of the GGUF's own chat template (:func:`chat_prompt`,
+    with the family's reasoning kwargs where the engine carries its setup). Without chat the text is
+    used raw (RULER's 'base' template).
     """
     engine: object  # quantladder.engine.Engine
     chat: bool = True
 
     def render(self, text: str, answer_prefix: str) -> str:
         if self.chat:
-            return self.engine.chat_prompt([{"role": "user", "content": text}]) + answer_prefix
+            return chat_prompt(self.engine, text, answer_prefix)
         return text + answer_prefix
+
+    def thinking_room(self) -> int:
+        """:func:`thinking_room` of this family's replies (0 without chat or a split)."""
+        if not self.chat:
+            return 0
+        return thinking_room(self.engine.reply_plan(self.engine.chat_prompt([{"role": "user", "content": "x"}])))
 
     def tokens(self, prompt: str) -> list[int]:
         """Exactly the tokens generation feeds (BOS added unless the template already starts with it)."""
@@ -90,19 +122,22 @@ def fit_size(fits: Callable[[int], bool], lo: int, hi_cap: int | None) -> int | 
 
 def build_task_length(spec: T.TaskSpec, length: int, n_samples: int, seed: int, env: T.Env,
                       fmt: PromptFormat) -> list[dict]:
-    """n_samples items of one task at one length, each fitting the length."""
+    """n_samples items of one task at one length, each fitting the length: the prompt, the thinking's
+    room (:func:`thinking_room`) and the tokens to generate."""
     ttg = spec.tokens_to_generate
+    room = fmt.thinking_room()
     env.length = length
 
     def n_prompt(inst: T.Instance) -> int:
         return fmt.n_tokens(fmt.render(inst.text, inst.answer_prefix))
 
     probe_seed = item_seed(seed, spec.name, length, -1)
-    size = fit_size(lambda s: n_prompt(make_instance(spec, s, probe_seed, env)) + ttg <= length,
+    size = fit_size(lambda s: n_prompt(make_instance(spec, s, probe_seed, env)) + room + ttg <= length,
                     spec.min_size, T.max_size(spec, env))
     if size is None:
         raise DataError(f"ruler task {spec.name}: even the smallest haystack does not fit {length} tokens "
-                        f"with {ttg} to generate (benchmarks.ruler.lengths)")
+                        f"with {ttg} to generate" + (f" and {room} to think" if room else "")
+                        + " (benchmarks.ruler.lengths)")
     step = max(1, size // 100)
     items = []
     for i in range(n_samples):
@@ -112,17 +147,18 @@ def build_task_length(spec: T.TaskSpec, length: int, n_samples: int, seed: int, 
             inst = make_instance(spec, s, sd, env, index=i)
             prompt = fmt.render(inst.text, inst.answer_prefix)
             n = fmt.n_tokens(prompt)
-            if n + ttg <= length or s <= spec.min_size:
+            if n + room + ttg <= length or s <= spec.min_size:
                 break
             s = max(spec.min_size, s - step)
-        if n + ttg > length:
-            raise DataError(f"ruler task {spec.name}, item {i}: {n}+{ttg} tokens exceed {length}")
+        if n + room + ttg > length:
+            raise DataError(f"ruler task {spec.name}, item {i}: {n}+{room}+{ttg} tokens exceed {length}")
         base = prompt.find(inst.text)  # where the task text sits inside the rendered prompt
         needles = [{**nd, "offset": base + nd["offset"]} for nd in inst.needles] if base >= 0 else []
         items.append({
             "item_id": f"{spec.name}-{length}-{i:04d}", "task": spec.name, "kind": spec.kind, "length": length,
             "index": i, "seed": sd, "size": s, "prompt": prompt, "answers": inst.answers,
-            "answer_prefix": inst.answer_prefix, "tokens_to_generate": ttg, "metric": spec.metric,
+            "text": inst.text, "answer_prefix": inst.answer_prefix, "chat": fmt.chat, "thinking_room": room,
+            "tokens_to_generate": ttg, "metric": spec.metric,
             "n_prompt_tokens": n, "needles": needles, "meta": inst.meta,
         })
     return items
