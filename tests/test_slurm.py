@@ -371,7 +371,10 @@ def test_config() -> dict:
     # Two task benchmarks, one with a sandboxed scoring step: HumanEval (the score rule runs the
     # model's code in bubblewrap) and RULER, through the generic generate/score rules.
     cfg["benchmarks"]["humaneval"] = {"enabled": True, "limit": 2, "max_new_tokens": 128}
-    cfg["benchmarks"]["ruler"] = {"enabled": True, "tasks": ["niah_single_1"], "lengths": [512], "samples": 2}
+    # `cells: []`: the default config's cell at the trained context (an 8K prompt, ~80 s of prefill
+    # per rung on a loaded 2-core runner) would otherwise be merged in; nothing here needs it.
+    cfg["benchmarks"]["ruler"] = {"enabled": True, "tasks": ["niah_single_1"], "lengths": [512], "samples": 2,
+                                  "cells": []}
     cfg["generation"] = {"n_parallel": 2}
     cfg["find"] = None  # the default's walk accepts a KLD on manual-es, a corpus this config does not measure
     return cfg
@@ -384,7 +387,7 @@ def _site(tmp: Path) -> Path:
     """The committed site file, with this machine's size and fast polling."""
     site = yaml.safe_load((REPO / "profiles" / "slurm" / "site.yaml").read_text())
     site.update(card=CARD, jobs=8, cores=64, cpus_per_gpu_job=1, cpus_per_cpu_job=1, cpus_per_sandbox_job=1,
-                scoring_parallel=1, init_seconds_before_status_checks=3, latency_wait=5)
+                scoring_parallel=1, init_seconds_before_status_checks=1, latency_wait=5)
     path = tmp / "site.yaml"
     path.write_text(yaml.safe_dump(site))
     return path
@@ -573,8 +576,9 @@ def test_ladder_on_slurm(cluster, tmp_path):
         for o in _finished_outputs(run1.read_text()) if POINT_OUTPUT.match(o)}
     assert finished_before_kill
     # Jobs the dead head submitted keep running on the cluster; let them end before the rerun (they run
-    # one after another on the test node: up to about 5 minutes on a loaded 2-core runner). Cancelling
-    # them instead was measured slower (12.5 min for the test against 6.5): the rerun redoes their work.
+    # one after another on the test node: 43 s measured on a loaded 2-core runner, ~4 min while each
+    # RULER point still carried an 8K item). Cancelling them instead was measured slower (12.5 min for
+    # the test against 6.5): the rerun redoes their work.
     _wait_queue_empty(timeout=600)
 
     # 2. Rerun: unlock (a killed head leaves its lock), then the same command.
@@ -619,11 +623,13 @@ def test_ladder_on_slurm(cluster, tmp_path):
     assert all(j["state"] in ("COMPLETED", "TIMEOUT") for j in measuring), \
         [j for j in measuring if j["state"] != "COMPLETED"]
 
-    # 4. The same ladder on one machine gives the same figures.
+    # 4. The same ladder on one machine gives the same figures: one thread a job, as each Slurm job had
+    #    (--max-threads 1), two jobs at once.
     wl = _workdir(tmp_path, "local")
     t0 = time.monotonic()
     local = _sh(SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--profile", str(REPO / "profiles" / "local"),
-                "--cores", "1", "--configfile", str(wl / "test.yaml"), cwd=wl, env=_env(site), timeout=1800)
+                "--cores", "2", "--max-threads", "1", "--configfile", str(wl / "test.yaml"), cwd=wl, env=_env(site),
+                timeout=1800)
     local_s = time.monotonic() - t0
     (tmp_path / "local-run.log").write_text(local.stdout + local.stderr)
     a, b = _figures(wd), _figures(wl)
