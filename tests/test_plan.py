@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import yaml
 
-from quantladder import aggregate, cli, dataset, plan, stats
+from quantladder import aggregate, benchmarks, cli, dataset, plan, stats
+from quantladder import config as qconfig
 from quantladder.metrics import row
 from quantladder.io import append_jsonl, write_json
 from quantladder.measures import speed
@@ -121,6 +122,7 @@ def test_whole_plan_of_a_config_prices_every_point_or_says_why_not(ds, tmp_path,
     fam = cfg["families"][FAMILY]
     fam["rungs"] = ["Q8_0", "Q6_K", "Q4_K_M", "Q2_K"]
     fam.pop("rung_options", None)
+    fam.pop("prebuilt", None)  # the default's stand-in for a third party's file: not what this prices
     other = dict(fam, chat=True)
     cfg["families"] = {FAMILY: fam, "unmeasured-family": other}
     cfg["benchmarks"] = {k: v for k, v in cfg["benchmarks"].items() if k in ("humaneval", "ruler")}
@@ -147,6 +149,57 @@ def test_whole_plan_of_a_config_prices_every_point_or_says_why_not(ds, tmp_path,
     assert un and all("not measured on this card" in u["reason"] for u in un)
     n_noise = sum(1 for e in p["entries"] + p["unpriced"] if e["series"] == "noise")
     assert p["n_jobs"] == 2 * 5 * 2 + n_noise  # (F16 + 4 rungs) x 2 benchmarks per family, + noise runs
+
+
+def _thinking_plan(ds, tmp_path, repo_root, **reasoning_keys) -> dict:
+    """The whole plan of a config whose family thinks (its format named: ``<think>``) at these settings."""
+    cfg = yaml.safe_load((repo_root / "config" / "config.yaml").read_text())
+    fam = cfg["families"][FAMILY]
+    fam["rungs"] = ["Q8_0", "Q4_K_M", "Q2_K"]
+    for k in ("rung_options", "prebuilt", "task_rungs"):
+        fam.pop(k, None)
+    if reasoning_keys:
+        fam["reasoning_format"] = "think"
+        fam["reasoning"] = reasoning_keys
+    cfg["families"] = {FAMILY: fam}
+    cfg["benchmarks"] = {"humaneval": dict(cfg["benchmarks"]["humaneval"], enabled=True)}
+    path = tmp_path / f"plan-{len(list(tmp_path.iterdir()))}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    res = plan.load_and_plan(ds, detect=2.0, config_path=path)
+    return {(e["rung"], e["series"]): e for e in res["plan"]["entries"]} | {"_plan": res["plan"], "_text":
+                                                                            plan.format_text(res)}
+
+
+def test_a_thinking_familys_cost_grows_with_its_reasoning_budget(ds, tmp_path, repo_root):
+    """Its thinking comes before its answer and adds to it: an item costs its prompt, its measured answer
+    tokens and, at most, its budget's thinking tokens; unlimited thinking is bounded by the context."""
+    plain = _thinking_plan(ds, tmp_path, repo_root)
+    small = _thinking_plan(ds, tmp_path, repo_root, reasoning="on", reasoning_budget=256)
+    large = _thinking_plan(ds, tmp_path, repo_root, reasoning="on", reasoning_budget=2048)
+    unlimited = _thinking_plan(ds, tmp_path, repo_root, reasoning="on", reasoning_budget=-1)
+    off = _thinking_plan(ds, tmp_path, repo_root, reasoning="off")
+    # Q2_K's measured humaneval point: 60 items, 9000 prompt tokens at 500/s, 30000 output at 110/s (no
+    # thinking measured: all answer)
+    q2 = ("Q2_K", "points")
+    assert "thinking" not in plain[q2]
+    assert plain[q2]["s_per_item"] == pytest.approx((9000 / 500 + 30000 / 110) / 60)
+    for budget, res in ((256, small), (2048, large)):
+        t = res[q2]["thinking"]
+        assert t["thinking_tokens_per_item"] == budget and t["answer_tokens_per_item"] == pytest.approx(500)
+        assert res[q2]["s_per_item"] == pytest.approx(9000 / 500 / 60 + (500 + budget) / 110)
+        assert f"reasoning budget, {budget} thinking tokens" in t["how"]
+    assert plain[q2]["s_per_item"] < small[q2]["s_per_item"] < large[q2]["s_per_item"]
+    assert (plain["_plan"]["job_hours_configured"] < small["_plan"]["job_hours_configured"]
+            < large["_plan"]["job_hours_configured"])
+    # unlimited: the context bounds it (HumanEval's n_ctx less the item's prompt and answer), said so
+    t = unlimited[q2]["thinking"]
+    n_ctx = benchmarks.configured(qconfig.load(repo_root / "config" / "config.yaml"), "humaneval").max_n_ctx()
+    assert t["budget"] == -1 and t["thinking_tokens_per_item"] == pytest.approx(n_ctx - 150 - 500)
+    assert "unlimited reasoning budget: bounded by the context" in t["how"]
+    assert "unlimited reasoning budget" in unlimited["_text"] and "thinking: " in small["_text"]
+    # reasoning off: no thinking priced
+    assert off[q2]["thinking"]["thinking_tokens_per_item"] == 0
+    assert off[q2]["s_per_item"] == pytest.approx(plain[q2]["s_per_item"])
 
 
 def test_cli_plan_text_and_json(ds, capsys):

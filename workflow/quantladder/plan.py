@@ -21,6 +21,14 @@ From one card's dataset (``points.parquet``):
    family's slowest measured rung on this card (an upper bound: lower rungs are smaller and faster);
    a family never measured on the card cannot be priced, and the answer says so. Job-hours count
    generation only (one card per job), not scoring, perplexity or speed runs.
+4. **A thinking family's thinking.** Its replies think before they answer (docs/thinking.md): the
+   thinking tokens come before the answer's and add to them (an exam's reply budget counts the
+   answer alone). A config's thinking family is priced per item at its ``reasoning_budget``: the
+   measured point's answer tokens (its output less its thinking, ``think_tokens_mean`` × the replies
+   that thought) plus the budget's thinking tokens an item (an upper bound: a reply may close its
+   thinking sooner; the tags and the forced end add a few tokens more); an unlimited budget (-1) is
+   bounded by the context alone (the benchmark's ``n_ctx`` less the item's prompt and answer), and
+   the entry says so; ``reasoning: off`` prices no thinking.
 
 Items needed are items of that benchmark's kind: where a benchmark has fewer (HumanEval: 164), it
 cannot settle that loss alone, and the answer is to accept the loss it can detect or add items.
@@ -35,9 +43,10 @@ from pathlib import Path
 import pandas as pd
 from scipy import stats as sps
 
+from . import benchmarks as qbenchmarks
 from . import config as qconfig
 from . import dataset_view as dv
-from . import deltas, stats
+from . import deltas, reasoning, stats
 from .errors import QuantladderError
 
 GEN_METRICS = ("generation_items", "generation_prompt_tokens", "generation_output_tokens", "generation_seconds")
@@ -136,10 +145,21 @@ def _speed(df: pd.DataFrame) -> dict[tuple, dict]:
     return out
 
 
+def _thinking_tokens(df: pd.DataFrame) -> dict[tuple, float]:
+    """Thinking tokens a point's replies spent, per (family, rung, kv, benchmark): the mean of the
+    replies that thought times their number (summed over n_ctx rows)."""
+    t = df[(df["metric"] == "think_tokens_mean") & df["subset"].isna() & df["value"].notna() & df["n"].notna()]
+    out: dict[tuple, float] = defaultdict(float)
+    for r in t.itertuples():
+        out[(r.family, r.rung, r.kv, r.benchmark)] += float(r.value) * float(r.n)
+    return out
+
+
 def point_costs(df: pd.DataFrame) -> list[dict]:
     """Part 2: predicted vs measured generation time per (point, task benchmark)."""
     g = df[df["metric"].isin(GEN_METRICS) & df["value"].notna()]
     speed = _speed(df)
+    thought = _thinking_tokens(df)
     out = []
     for (family, rung, kv, bench), rows in g.groupby(["family", "rung", "kv", "benchmark"], sort=True):
         tot = rows.groupby("metric")["value"].sum()  # summed over n_ctx rows (RULER: one per length)
@@ -149,6 +169,7 @@ def point_costs(df: pd.DataFrame) -> list[dict]:
         rec = {"family": family, "rung": rung, "kv": kv, "benchmark": bench, "items": int(items),
                "prompt_tokens": float(tot.get("generation_prompt_tokens", float("nan"))),
                "output_tokens": float(tot.get("generation_output_tokens", float("nan"))),
+               "thinking_tokens": thought.get((family, rung, kv, bench)),
                "actual_s": float(tot["generation_seconds"]) if "generation_seconds" in tot else None,
                "n_parallel": int(rows["n_parallel"].max()) if rows["n_parallel"].notna().any() else None}
         sp = speed.get((family, rung, kv), {})
@@ -168,10 +189,10 @@ def point_costs(df: pd.DataFrame) -> list[dict]:
     return out
 
 
-def _config_jobs(config_path: str | Path) -> tuple[list[tuple[str, str, str, str, str]], int, list[str]]:
+def _config_jobs(config_path: str | Path) -> tuple[list[tuple[str, str, str, str, str]], int, list[str], dict]:
     """(family, rung, kv, benchmark, series) generation jobs of a config: its points × enabled task
     benchmarks the family takes (a base model skips chat benchmarks), plus one noise-floor run of each
-    family's reference per benchmark where the config measures the noise floor."""
+    family's reference per benchmark where the config measures the noise floor; and the config."""
     cfg = qconfig.load(config_path)
     benches = [b for b, spec in (cfg.get("benchmarks") or {}).items() if (spec or {}).get("enabled")]
     pts = qconfig.points(cfg)
@@ -183,15 +204,57 @@ def _config_jobs(config_path: str | Path) -> tuple[list[tuple[str, str, str, str
         for f in qconfig.families(cfg):
             ref, kv = qconfig.reference_rung(cfg, f), qconfig.kv_types(cfg, f)[0]
             jobs += [(f, ref, kv, b, "noise") for b in benches if qconfig.task_runs_for(cfg, b, f)]
-    return jobs, len(pts), benches
+    return jobs, len(pts), benches, cfg
+
+
+def _thinking_families(cfg: dict, costs: list[dict]) -> dict[str, reasoning.Settings]:
+    """The config's families that think, with their reasoning settings: a chat family whose format is
+    split (named, or detected from its template where the file is on this machine), else one whose
+    measured replies on the card thought."""
+    measured = {c["family"] for c in costs if c.get("thinking_tokens")}
+    out = {}
+    for name in qconfig.families(cfg):
+        fam = cfg["families"][name] or {}
+        if not fam.get("chat", True):
+            continue
+        found, template = reasoning.planning_template(fam)
+        if fam.get("reasoning_format") or found:
+            fmt = reasoning.family_format(template, fam.get("reasoning_format"), f"families.{name}.reasoning_format")
+            thinks = fmt.kind in (reasoning.TAGS, reasoning.HARMONY)
+        else:
+            thinks = name in measured
+        if thinks:
+            out[name] = reasoning.validate_generation(reasoning.family_generation(cfg, name), f"families.{name}")
+    return out
+
+
+def thinking_price(c: dict, settings: reasoning.Settings, n_ctx: int) -> dict:
+    """Seconds an item of a thinking family at ``settings`` (part 4), from a measured point's cost
+    record ``c`` (its pp/tg speed, its prompt, output and thinking tokens)."""
+    items = c["items"]
+    prompt = c["prompt_tokens"] / items
+    answer = max(0.0, (c["output_tokens"] - (c.get("thinking_tokens") or 0.0)) / items)
+    budget = settings.reasoning_budget
+    if settings.reasoning == "off":
+        think, how = 0.0, "reasoning off: no thinking"
+    elif budget >= 0:
+        think, how = float(budget), f"at most its reasoning budget, {budget} thinking tokens an item"
+    else:
+        think = max(0.0, n_ctx - prompt - answer)
+        how = (f"unlimited reasoning budget: bounded by the context alone ({n_ctx} tokens an item, "
+               f"{think:.0f} of them left for the thinking)")
+    return {"budget": budget, "thinking_tokens_per_item": think, "answer_tokens_per_item": answer,
+            "how": how, "s_per_item": prompt / c["pp_tokens_per_s"] + (answer + think) / c["tg_tokens_per_s"]}
 
 
 def whole_plan(df: pd.DataFrame, costs: list[dict], items: list[dict], *, config_path=None) -> dict:
     """Part 3: job-hours of every (point, task benchmark) of a config (or of the dataset)."""
     by_point = {(c["family"], c["rung"], c["kv"], c["benchmark"]): c for c in costs}
+    thinking: dict[str, reasoning.Settings] = {}
     if config_path is not None:
-        jobs, n_points, benches = _config_jobs(config_path)
+        jobs, n_points, benches, cfg = _config_jobs(config_path)
         source = str(config_path)
+        thinking = _thinking_families(cfg, costs)
     else:
         jobs = sorted({(c["family"], c["rung"], c["kv"], c["benchmark"], "points") for c in costs})
         n_points = len({j[:3] for j in jobs})
@@ -207,9 +270,9 @@ def whole_plan(df: pd.DataFrame, costs: list[dict], items: list[dict], *, config
         own = by_point.get((family, rung, kv, bench))
         fam = [c for c in costs if c["family"] == family and c["benchmark"] == bench and c["predicted_s_per_item"]]
         if own and own["predicted_s_per_item"]:
-            per_item, how, items_cfg = own["predicted_s_per_item"], "measured point", own["items"]
+            per_item, how, items_cfg, src = own["predicted_s_per_item"], "measured point", own["items"], own
         elif fam:
-            slow = max(fam, key=lambda c: c["predicted_s_per_item"])
+            src = slow = max(fam, key=lambda c: c["predicted_s_per_item"])
             per_item = slow["predicted_s_per_item"]
             how = f"family's slowest measured rung ({slow['rung']}, {slow['kv']})"
             items_cfg = max(c["items"] for c in fam)
@@ -218,6 +281,9 @@ def whole_plan(df: pd.DataFrame, costs: list[dict], items: list[dict], *, config
                            if family in set(df["family"]) else f"family {family} is not measured on this card")
             unpriced.append(e)
             continue
+        if family in thinking:  # its thinking at the config's budget, before its answer (part 4)
+            e["thinking"] = thinking_price(src, thinking[family], qbenchmarks.configured(cfg, bench).max_n_ctx())
+            per_item = e["thinking"]["s_per_item"]
         n_detect = need.get((family, kv, bench)) or need_any_kv.get((family, bench))
         e.update({"priced_from": how, "s_per_item": per_item, "items_configured": items_cfg,
                   "hours_configured": per_item * items_cfg / 3600,
@@ -311,6 +377,12 @@ def format_text(res: dict) -> str:
     if p["entries_without_items_needed"]:
         lines.append(f"  {p['entries_without_items_needed']} priced entries have no items-needed figure (no flips "
                      "measured for them) and are left out of the second total.")
+    for e in p["entries"]:
+        if e.get("thinking"):
+            t = e["thinking"]
+            lines.append(f"  thinking: {e['family']}/{e['rung']}/{e['kv']} {e['benchmark']} ({e['series']}): "
+                         f"{t['thinking_tokens_per_item']:.0f} thinking + {t['answer_tokens_per_item']:.0f} answer "
+                         f"tokens an item, {_s(t['s_per_item'])} an item ({t['how']})")
     for u in p["unpriced"]:
         lines.append(f"  not priced: {u['family']}/{u['rung']}/{u['kv']} {u['benchmark']} ({u['series']}): {u['reason']}")
     for n in res["notes"]:
