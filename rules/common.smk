@@ -203,10 +203,20 @@ def get_source_spec(wildcards):
 
 def get_prebuilt_spec(wildcards):
     pre = dict(config["families"][wildcards.family]["prebuilt"][wildcards.rung])
+    pre.pop("enabled", None)  # a switch, not what the file is
     # the default: a rung acquired before the key existed stays done
     if pre.get("chat_template") == "own":
         del pre["chat_template"]
     return json.dumps(pre, sort_keys=True)
+
+
+def get_prebuilt_derived(wildcards):
+    """The made rung a derived prebuilt file copies, or nothing for a file fetched."""
+    derived = config["families"][wildcards.family]["prebuilt"][wildcards.rung].get("derive")
+    if not derived:
+        return []
+    kind = qconfig.rung_kind(config, wildcards.family, derived["rung"])
+    return f"resources/models/{wildcards.family}/{kind}/{derived['rung']}.gguf"
 
 
 def get_quantize_options(wildcards):

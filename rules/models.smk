@@ -24,6 +24,8 @@ rule acquire_prebuilt:
         # the header it is checked against (quantladder.provenance, docs/ladder.md "Third-party files")
         reference=get_reference_gguf,
         reference_info=lambda w: get_reference_gguf(w) + ".json",
+        # a stand-in derived here: the made rung it copies (families.<f>.prebuilt.<r>.derive)
+        derived=get_prebuilt_derived,
     output:
         gguf="resources/models/{family}/prebuilt/{rung}.gguf",
         info="resources/models/{family}/prebuilt/{rung}.gguf.json",

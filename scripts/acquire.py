@@ -23,14 +23,17 @@ def run(smk):
     spec = json.loads(smk.params.source)
     w = smk.wildcards
     gguf = smk.output.gguf
-    record = models.acquire(spec["source"], gguf, sha256=spec.get("sha256"))  # with its GGUF's info
+    where = f"families.{w.family}" + ("" if smk.rule == "acquire_source" else f".prebuilt.{w.rung}")
+    if spec.get("derive"):  # a stand-in for a third party's file: a made rung's copy with one change
+        record = models.derive(spec["derive"], smk.input.derived, gguf, where)
+    else:
+        record = models.acquire(spec["source"], gguf, sha256=spec.get("sha256"))  # with its GGUF's info
     if smk.rule == "acquire_source":
         if spec.get("chat_template"):  # families.<f>.chat_template: the source's copy with that template
             text, rec = models.chat_template_text(spec["chat_template"], f"families.{w.family}.chat_template")
             record = _with_template({**record, "chat_template": rec}, gguf, text)
         write_json(smk.output.info, record)
         return
-    where = f"families.{w.family}.prebuilt.{w.rung}"
     try:  # headers only: a fraction of a second
         template = {"from": "own"}
         if spec.get("chat_template", "own") == "reference":  # the reference's template in the rung's copy

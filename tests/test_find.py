@@ -217,10 +217,11 @@ def test_candidates_ordered_by_measured_bits_and_memory(cfg):
             "n_head_kv": 3, "n_embd": 576, "head_dim_k": 64, "head_dim_v": 64, "n_ctx_train": 8192, "n_vocab": 1,
             "has_chat_template": True, "tensor_types": {}, "path": "x"}
     bits = {"Q8_0": 8.5, "Q4_K_M": 6.17, "Q4_K_M-imat": 6.17, "Q2_K": 5.14, "IQ4_XS": 5.3, "MXFP4": 5.15,
-            "Q2_K-attn8": 5.93}
+            "Q2_K-attn8": 5.93, "Q4_K_M-phi-template": 6.16}  # the default's stand-in: a candidate at its own size
     infos = {r: {**info, "bits_per_weight": b, "tensor_bytes": int(b * 1e7)} for r, b in bits.items()}
     c = qfind.candidates(sp, infos)
-    assert [x["rung"] for x in c] == ["Q4_K_M", "Q4_K_M-imat", "Q2_K-attn8", "IQ4_XS", "MXFP4", "Q2_K"]
+    assert [x["rung"] for x in c] == ["Q4_K_M", "Q4_K_M-imat", "Q4_K_M-phi-template", "Q2_K-attn8", "IQ4_XS", "MXFP4",
+                                      "Q2_K"]
     kv = 30 * 3 * (64 * 2 + 64 * 2) * 8192  # layers x kv heads x (k + v dims x 2 bytes) x context
     assert c[0]["kv_bytes"] == kv and c[0]["predicted_bytes"] == int(6.17e7) + kv
     assert [x["fits"] for x in c] == [x["predicted_bytes"] <= 100 << 20 for x in c]

@@ -140,9 +140,16 @@ def check_semantics(cfg: dict, source: str = "config") -> None:
                               f"{'is' if len(unknown) == 1 else 'are'} not among the family's rungs ({', '.join(ladder)}): "
                               "a task rung is a rung the family makes (its reference, `rungs` or `prebuilt`); "
                               "list only those, or set task_rungs: null for every rung" + (f" ({hint})" if hint else ""))
-        for pre in fam.get("prebuilt", {}):
+        for pre, spec in fam.get("prebuilt", {}).items():
             if pre in fam.get("rungs", []):
                 raise ConfigError(f"{source}: families.{name}: {pre!r} is both a made and a prebuilt rung")
+            made = [r for r in ladder if r not in fam.get("prebuilt", {})]
+            derived = (spec or {}).get("derive") or {}
+            if derived and spec.get("enabled", True) and derived.get("rung") not in made:
+                raise ConfigError(f"{source}: key families.{name}.prebuilt.{pre}.derive.rung: {derived.get('rung')!r} "
+                                  f"is not one of the rungs the family makes ({', '.join(made)}): a derived file is a "
+                                  f"copy of one of them (add it to `rungs`, or switch the stand-in off: "
+                                  f"families.{name}.prebuilt.{pre}.enabled: false)")
         for key, known in (("benchmarks", (cfg.get("benchmarks") or {})), ("measures", (cfg.get("measures") or {}))):
             unknown = [b for b in fam.get(key) or [] if b not in known]
             if unknown:
@@ -234,7 +241,7 @@ def rungs(cfg: dict, family: str) -> list[str]:
     fam = cfg["families"][family]
     out = [reference_rung(cfg, family)]
     out += [rung_name(r) for r in fam.get("rungs", []) if rung_name(r) != out[0]]
-    out += list(fam.get("prebuilt", {}))
+    out += [r for r, p in fam.get("prebuilt", {}).items() if (p or {}).get("enabled", True)]
     return out
 
 

@@ -183,8 +183,10 @@ def provenance_label(model: dict) -> str:
     if not p:
         return "third party, not checked against the reference"
     groups = p.get("differs_in") or []
-    label = ("third party; differs from the reference in: " + ", ".join(groups) + " (accepted)" if groups
-             else "third party, as the reference")
+    derived = ((model.get("prebuilt") or {}).get("derive") or {}).get("rung")
+    who = f"third party (a stand-in derived here from {derived})" if derived else "third party"
+    label = (f"{who}; differs from the reference in: " + ", ".join(groups) + " (accepted)" if groups
+             else f"{who}, as the reference")
     tpl = p.get("chat_template") or {}
     if tpl.get("from") == "reference" and tpl.get("own_differs"):
         label += "; chat exams with the reference's template (its own differs)"

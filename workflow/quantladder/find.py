@@ -359,12 +359,14 @@ def source(cfg: dict, family: str, rung: str, record: dict | None = None) -> str
     words of its sidecar's record (quantladder.dataset.provenance_label)."""
     if qconfig.rung_kind(cfg, family, rung) != "prebuilt":
         return "made here"
-    src = ((cfg["families"][family].get("prebuilt") or {}).get(rung) or {}).get("source") or {}
+    pre = (cfg["families"][family].get("prebuilt") or {}).get(rung) or {}
+    src = pre.get("source") or {}
     hf = src.get("hf") if isinstance(src, dict) else None
-    who = (str(hf.get("repo_id", "")).split("/")[0] if isinstance(hf, dict) and hf.get("repo_id") else
+    who = (f"stand-in derived here from {pre['derive']['rung']}" if pre.get("derive") else
+           str(hf.get("repo_id", "")).split("/")[0] if isinstance(hf, dict) and hf.get("repo_id") else
            f"local file {src['path']}" if isinstance(src, dict) and src.get("path") else
            f"package {src['package']}" if isinstance(src, dict) and src.get("package") else "unknown")
-    words = provenance_label({"rung_kind": "prebuilt", "provenance": (record or {}).get("provenance")})
+    words = provenance_label({"rung_kind": "prebuilt", "provenance": (record or {}).get("provenance"), "prebuilt": pre})
     return f"uploader {who} ({words})"
 
 

@@ -33,6 +33,7 @@ from . import config as qconfig
 from .generation_policy import GenerationPolicy
 from .io import hash_obj
 from .kv_policy import parse_kv
+from .reasoning import RENDERER_VERSION
 
 GREEDY = {"temperature": 0.0, "top_k": 1, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0, "seed": 0}
 KEY_LEN = 16
@@ -83,7 +84,7 @@ def _point(cfg: dict, card: str, family: str, rung: str, kv: str) -> dict:
     if kind == "quantized":
         model["quantize_options"] = qconfig.rung_options(cfg, family, rung)
     elif kind == "prebuilt":
-        model["prebuilt"] = fam["prebuilt"][rung]
+        model["prebuilt"] = {k: v for k, v in fam["prebuilt"][rung].items() if k != "enabled"}  # a switch, no setting
     return {"point": {"card": card, "family": family, "rung": rung, "kv": kv, "type_k": type_k, "type_v": type_v,
                       "is_reference": kind == "reference"},
             "model": model,
@@ -108,6 +109,7 @@ def spec(cfg: dict, card: str, family: str, rung: str, kv: str, benchmark: str, 
         s["settings"] = b.group("generation")
         s["benchmark_version"] = b.version
         s["generation"] = GenerationPolicy.of(cfg, benchmark).section
+        s["renderer"] = RENDERER_VERSION  # how chat prompts are rendered (quantladder.reasoning): a change re-generates
         named = (cfg["families"][family] or {}).get("reasoning_format")
         if named:  # a family's reasoning format named in config (docs/thinking.md): only then in the key
             s["reasoning_format"] = named

@@ -238,6 +238,17 @@ def _acquired(source, src, digest, sha256, info, dest) -> dict:
     }
 
 
+def derive(spec: dict, src: str | os.PathLike, dest: str | os.PathLike, where: str) -> dict:
+    """A stand-in for a third party's file (``families.<f>.prebuilt.<r>.derive``): a copy of the made rung
+    ``src`` with the one change ``spec`` names (its chat template), and its record as :func:`acquire` gives
+    one, the rung it was copied from and the template written kept under ``derived``."""
+    text, template = chat_template_text(spec["chat_template"], f"{where}.derive.chat_template")
+    write_chat_template(src, dest, text)
+    info = read_info(dest)
+    record = _acquired({"derived": {"rung": spec["rung"]}}, src, sha256_file(dest), None, info, dest)
+    return {**record, "derived": {"rung": spec["rung"], "sha256_from": sha256_file(src), "chat_template": template}}
+
+
 # -- a family's chat template, given in its config (families.<f>.chat_template; docs/thinking.md) ----
 
 def chat_template_text(spec: dict, where: str) -> tuple[str, dict]:
