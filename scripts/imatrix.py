@@ -21,7 +21,7 @@ def run(smk):
     verify_sha256(smk.input.gguf, ref.get("sha256"), what="reference rung", recorded_in=str(smk.input.info))
     res = imatrix.compute(llama_tools.tool(tools, "llama-imatrix"), smk.input.gguf, smk.input.corpus,
                           smk.output.imatrix, settings=settings, threads=smk.config.get("threads") or smk.threads,
-                          gpu_layers=smk.config.get("gpu_layers", 0), log=sys.stderr)
+                          gpu_layers=smk.config["gpu_layers"], log=sys.stderr)
     write_json(smk.output.info, {
         **res,
         "family": smk.wildcards.family,

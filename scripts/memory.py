@@ -16,7 +16,7 @@ def run(smk):
     if info.n_ctx_train and n_ctx > info.n_ctx_train:
         n_ctx = info.n_ctx_train  # never beyond what the model was trained for
     res = memory.measure(pt.model_path, info, n_ctx=n_ctx, kv=pt.kv, n_threads=pt.threads,
-                         n_gpu_layers=pt.config.get("gpu_layers", 0), flash_attn=pt.config.get("flash_attn"))
+                         n_gpu_layers=pt.config["gpu_layers"], flash_attn=pt.config.get("flash_attn"))
     pt.write_metrics(smk.output.metrics, memory.metric_rows(res), extra={"raw": res})
 
 

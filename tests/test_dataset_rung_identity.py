@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from quantladder import dataset, manifest, points
+from quantladder import dataset, manifest, points, schemas
 from quantladder import dataset_view as dv
 from quantladder import ladder as qladder
 from quantladder.io import write_json
@@ -71,11 +71,12 @@ def _rows_for(tmp_path, cfg, rung, record, *, drop_model_keys=()) -> dict:
 
 
 def test_a_matrix_made_elsewhere_a_nameless_recipe_and_unknown_mixes(tmp_path):
-    cfg = {"card": "auto", "gpu_layers": 0, "flash_attn": None, "kv_types": ["f16"], "quantize": {}, "corpora": {},
+    cfg = schemas.filled(schemas.SCHEMA_PATH, {  # as a run's validation fills it
+           "card": "auto", "gpu_layers": 0, "flash_attn": None, "kv_types": ["f16"], "quantize": {}, "corpora": {},
            "measures": {"speed": {"n_prompt": 16, "n_gen": 16, "repetitions": 3}},
            "families": {"f": {"source": {"path": "/m.gguf"}, "reference": "F16", "rungs": ["NVFP4", "Q4_K_M-ext"],
                               "rung_options": {"Q4_K_M-ext": {"type": "Q4_K_M", "imatrix_file": "/elsewhere/m.imatrix"}},
-                              "prebuilt": {"Q4_K_M-hub": {"source": {"path": "/hub/m-Q4_K_M.gguf"}}}}}}
+                              "prebuilt": {"Q4_K_M-hub": {"source": {"path": "/hub/m-Q4_K_M.gguf"}}}}}})
     # a matrix given as a file: its name, and that it was made elsewhere (no corpus to name)
     sha = "ef" * 32
     ext = {"sha256": "ab" * 32, "recipe": None, "recipe_name": None,

@@ -329,9 +329,9 @@ def test_find_speed_floor_settings_are_checked():
     assert qfind.spec(cfg, {**base, "min_tps": 25, "parallel": 2}).min_tps == 25.0
     assert qfind.spec(cfg, base).key == qfind.spec(cfg, {**base, "parallel": 1}).key  # no floor: the old key
     assert qfind.spec(cfg, base).key != qfind.spec(cfg, {**base, "min_tps": 25}).key
-    for section, message in [({"min_tps": 0}, "find.min_tps: the speed floor must be > 0"),
-                             ({"min_tps": "fast"}, "find.min_tps: generation tokens/s, a number"),
-                             ({"parallel": 0}, "find.parallel: sequences generated at a time")]:
+    for section, message in [({"min_tps": 0}, "find.min_tps: 0 is less than or equal to the minimum of 0 .speed floor"),
+                             ({"min_tps": "fast"}, "find.min_tps: 'fast' is not of type 'number', 'null'"),
+                             ({"parallel": 0}, "find.parallel: 0 is less than the minimum of 1 .sequences generated")]:
         with pytest.raises(ConfigError, match=message):
             qfind.spec(cfg, {**base, **section})
     sp = qfind.spec(cfg, {**base, "min_tps": 25})

@@ -206,7 +206,7 @@ def _thinking_figures(p, name, bench, op, value, unit, cfg, family, where) -> li
 
 def _short_passes(cfg: dict) -> list[tuple[str, str]]:
     p = cfg["measures"]["perplexity"]
-    if not p.get("enabled", True) or not p.get("kld", True):
+    if not p["enabled"] or not p["kld"]:
         return []
     return [(c, ctx) for c, ctx in passes(cfg) if ctx == f"n{int(p['n_ctx'])}"]
 

@@ -76,4 +76,4 @@ class GenerationPolicy:
         own = (self.section.get("noise_floor") or {}).get("n_parallel")
         if own:
             return int(own)
-        return 2 if self.section.get("n_parallel", "auto") == 1 else 1
+        return 2 if self.record["n_parallel"] == 1 else 1

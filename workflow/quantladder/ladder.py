@@ -54,7 +54,7 @@ def imatrix_key(cfg: dict, family: str, corpus: str) -> str:
         raise ConfigError(f"imatrix of {family}: {corpus!r} is not a corpus of `corpora:`")
     return hash_obj({"corpus": corpus, "source": cfg["corpora"][corpus], "settings": imatrix_settings(cfg),
                      "family_source": fam["source"], "family_sha256": fam.get("sha256"),
-                     "reference": fam.get("reference", "F16"), "gpu_layers": cfg.get("gpu_layers", 0),
+                     "reference": fam["reference"], "gpu_layers": cfg["gpu_layers"],
                      "llama_cpp_python": library_version(), "backend": library_backend(),
                      "harness": HARNESS_VERSION})[:16]
 
@@ -87,7 +87,7 @@ def plan(cfg: dict, family: str, rung: str, where: str = "config") -> dict:
         if v:
             resolved[k] = str(v).upper()
     out = {**resolved, "recipe": recipe_name,
-           "allow_requantize": bool(opts.pop("allow_requantize", q.get("allow_requantize", False)))}
+           "allow_requantize": bool(opts.pop("allow_requantize", q["allow_requantize"]))}
     imatrix_file = opts.pop("imatrix_file", None)
     choice = opts.pop("imatrix", None)
     if opts:
@@ -114,5 +114,5 @@ def plan(cfg: dict, family: str, rung: str, where: str = "config") -> dict:
                           "use none, auto or a corpus name")
     out["imatrix"] = {"corpus": choice, "source": corpora[choice], "settings": imatrix_settings(cfg),
                       "file": imatrix_path(cfg, family, choice),
-                      "reference": fam.get("reference", "F16")}
+                      "reference": fam["reference"]}
     return out

@@ -63,7 +63,7 @@ class Point:
         return benchmarks.configured(self.config, self.benchmark)
 
     def engine_settings(self, n_ctx: int, **kw) -> EngineSettings:
-        return EngineSettings(n_ctx=n_ctx, kv=self.kv, n_gpu_layers=self.config.get("gpu_layers", 0),
+        return EngineSettings(n_ctx=n_ctx, kv=self.kv, n_gpu_layers=self.config["gpu_layers"],
                               n_threads=self.threads, flash_attn=self.config.get("flash_attn"), **kw)
 
     def model_info(self) -> dict:
@@ -95,7 +95,7 @@ class Point:
         ident = card_identity or qcard.check_same_card(self.card, self.config.get("card"))
         lib = library_info()
         engine = dict(engine or {})
-        engine.setdefault("n_gpu_layers", self.config.get("gpu_layers", 0))
+        engine.setdefault("n_gpu_layers", self.config["gpu_layers"])
         n_layer = (self.model_record.get("info") or {}).get("n_layer")
         engine.update(engine_backend(lib, engine, n_layer=n_layer))  # which backend, how many layers on the GPU
         return qmanifest.build(

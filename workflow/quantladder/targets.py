@@ -35,7 +35,7 @@ class Target(NamedTuple):
 
 def measures(cfg: dict) -> list[str]:
     """The per-point measures switched on (perplexity, speed, memory, energy), in config order."""
-    return [m for m, sec in (cfg.get("measures") or {}).items() if (sec or {}).get("enabled", True)]
+    return [m for m, sec in (cfg.get("measures") or {}).items() if sec["enabled"]]
 
 
 def tasks(cfg: dict) -> list[str]:
@@ -55,7 +55,7 @@ def point_measures(cfg: dict, family: str, rung: str) -> list[str]:
 
 def fidelity_tasks(cfg: dict) -> list[str]:
     """The enabled task benchmarks whose points get teacher-forced fidelity rows (``fidelity.benchmarks``)."""
-    listed = (cfg.get("fidelity") or {}).get("benchmarks", ["traffic"])
+    listed = cfg["fidelity"]["benchmarks"]
     return [t for t in tasks(cfg) if t in listed]
 
 
