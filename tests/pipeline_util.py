@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import subprocess
@@ -44,13 +45,17 @@ def small_config(rungs=("Q8_0", "Q4_K_M", "Q2_K"), benchmarks_on=()) -> dict:
 
 
 def stand_ins_off(cfg: dict) -> dict:
-    """Every prebuilt rung of ``cfg``'s families switched off (``enabled: false``): the default config's
-    stand-in for a third party's file is a copy of its Q4_K_M, which a test's ladder may not make, and
-    Snakemake merges the default's entry under a test's config whatever the test writes (a mapping is
-    merged, never deleted)."""
-    for fam in (cfg.get("families") or {}).values():
-        for spec in (fam.get("prebuilt") or {}).values():
-            spec["enabled"] = False
+    """The default config's prebuilt rungs switched off in ``cfg`` (``enabled: false``), whatever ``cfg`` writes
+    of their families: Snakemake merges config/config.yaml under a test's config, a mapping key by key, so
+    an entry the test leaves out comes back. The default's stand-in for a third party's file is a copy
+    of its Q4_K_M, which a test's ladder may not make; a test's own prebuilt rungs stay as it wrote them."""
+    from quantladder import config as qconfig
+
+    default = qconfig.load(qconfig.DEFAULT_CONFIG, validate=False)
+    for name, fam in (default.get("families") or {}).items():
+        for pre in (fam or {}).get("prebuilt") or {}:
+            mine = cfg.setdefault("families", {}).setdefault(name, {})
+            mine.setdefault("prebuilt", {}).setdefault(pre, copy.deepcopy(fam["prebuilt"][pre]))["enabled"] = False
     return cfg
 
 

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 import provenance_util as pu
-from pipeline_util import small_config, snakemake, write_config
+from pipeline_util import small_config, snakemake, stand_ins_off, write_config
 
 from quantladder import aggregate, card, dataset, report
 
@@ -42,6 +42,7 @@ def run(tmp_path_factory, smollm_source):
         # the same file as Q4_1-chat, its chat exams run with the reference's template (no accept needed)
         "Q4_1-chatref": {"source": {"path": str(hub["template"])}, "chat_template": "reference"},
     }
+    stand_ins_off(cfg)  # the default's stand-in (a copy of a Q4_K_M this ladder does not make): off
     fam["task_rungs"] = ["Q4_1-chat", "Q4_1-merge", "Q4_1-chatref"]
     cfg["benchmarks"]["arithmetic"].update(enabled=True, generated={"seed": 1, "kinds": ["plain"], "levels": [1],
                                                                     "per_level": 2})
