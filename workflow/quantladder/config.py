@@ -123,7 +123,7 @@ def check_semantics(cfg: dict, source: str = "config") -> None:
     """What a schema cannot say: cross-references between keys."""
     for name, fam in cfg.get("families", {}).items():
         source_kind(fam["source"])
-        ref = fam.get("reference", "F16")
+        ref = fam["reference"]
         if ref not in ("F16", "BF16", "F32"):
             raise ConfigError(f"{source}: families.{name}.reference must be F16, BF16 or F32, got {ref!r}")
         for rung in fam.get("rungs", []):
@@ -155,7 +155,7 @@ def check_semantics(cfg: dict, source: str = "config") -> None:
             if unknown:
                 raise ConfigError(f"{source}: key families.{name}.{key}: {unknown} not among the config's {key} "
                                   f"({', '.join(known)})")
-    for kv in cfg.get("kv_types", ["f16"]):
+    for kv in cfg["kv_types"]:
         parse_kv(kv)
     # reasoning settings a family's template cannot honour, refused at planning where its file is here
     reasoning.plan_check(cfg, source)
@@ -180,7 +180,7 @@ def check_batch_invariant_config(cfg: dict, source: str = "config") -> None:
             for kv in kv_types(cfg, fam, name):
                 try:
                     check_batch_invariant(1 if n == "auto" else int(n), flash_attn_for(kv, cfg.get("flash_attn")),
-                                          int(cfg.get("gpu_layers") or 0), kv)
+                                          int(cfg["gpu_layers"]), kv)
                 except ConfigError as e:
                     raise ConfigError(f"{source}: {e} (benchmarks.{name}, family {fam})") from None
 
@@ -192,7 +192,7 @@ def task_runs_for(cfg: dict, task: str, family: str) -> bool:
     listed = fam.get("benchmarks")
     if listed is not None and task not in listed:
         return False
-    return not (benchmarks.get(task).needs_chat and not fam.get("chat", True))
+    return not (benchmarks.get(task).needs_chat and not fam["chat"])
 
 
 def measure_runs_for(cfg: dict, measure: str, family: str) -> bool:
@@ -203,7 +203,7 @@ def measure_runs_for(cfg: dict, measure: str, family: str) -> bool:
 
 
 def noise_floor_enabled(cfg: dict) -> bool:
-    return bool(((cfg.get("generation") or {}).get("noise_floor") or {}).get("enabled", True))
+    return bool(cfg["generation"]["noise_floor"]["enabled"])
 
 
 _NOISE_CACHE: dict[int, tuple[dict, dict]] = {}
@@ -229,11 +229,11 @@ def scoring_env_file(cfg: dict, task: str) -> str | None:
 
 def families(cfg: dict) -> list[str]:
     """The families of the run: those not switched off with `enabled: false`."""
-    return [name for name, fam in (cfg.get("families") or {}).items() if (fam or {}).get("enabled", True)]
+    return [name for name, fam in (cfg.get("families") or {}).items() if fam["enabled"]]
 
 
 def reference_rung(cfg: dict, family: str) -> str:
-    return cfg["families"][family].get("reference", "F16")
+    return cfg["families"][family]["reference"]
 
 
 def rungs(cfg: dict, family: str) -> list[str]:
@@ -265,7 +265,7 @@ def kv_types(cfg: dict, family: str | None = None, measure: str | None = None) -
     if family and "kv_types" in cfg["families"][family]:
         out = list(cfg["families"][family]["kv_types"])
     else:
-        out = list(cfg.get("kv_types", ["f16"]))
+        out = list(cfg["kv_types"])
     if measure:
         extra = ((cfg.get("benchmarks") or {}).get(measure) or {}).get("kv_types") or []
         out += [k for k in extra if k not in out]
