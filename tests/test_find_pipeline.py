@@ -89,6 +89,7 @@ def test_a_killed_walk_resumes_where_it_stopped(walked, tmp_path):
     with --rerun-incomplete) keeps that rung's figures, measures only what is left, and gives the same
     answer as the uninterrupted walk."""
     import os
+    import shutil
     import signal
     import subprocess
     import time
@@ -100,6 +101,11 @@ def test_a_killed_walk_resumes_where_it_stopped(walked, tmp_path):
     work = tmp_path / "killed"
     work.mkdir()
     path = write_config(work, cfg)
+    # What the walk reads and does not make (the rungs' models and the matrix, the corpus, the reference's
+    # log-probs, the tool gate: the same config made them) hard-linked from the module's run, mtimes kept:
+    # Snakemake finds them up to date, and the run killed here is the walk's own steps and passes
+    for d in ("resources", f"results/{card}/reference_logits", f"results/{card}/anchors"):
+        shutil.copytree(walked[0] / d, work / d, copy_function=os.link)
     cmd = [SNAKEMAKE, target, "--snakefile", str(REPO / "Snakefile"), "--directory", str(work), "--cores", "2",
            "--rerun-incomplete", "--configfile", str(path)]
     env = {**os.environ, "PYTHONPATH": str(REPO / "workflow")}
