@@ -186,21 +186,27 @@ def test_string_match_metrics_follow_ruler():
     assert score.postprocess("  a\x00b\tc ") == "a\nb\nc"
 
 
+def _threshold() -> float:
+    """benchmarks.ruler.threshold as the schema gives it (Llama-2-7B's 85.6 at 4K): the one home of it."""
+    return ruler.resolve_settings({})["threshold"]
+
+
 def test_effective_length_uses_the_llama2_threshold():
     # RULER README rows: GLM4 (9B) is effective to 64K, LWM (7B) below 4K.
+    assert _threshold() == 85.6
     glm4 = dict(zip([4096, 8192, 16384, 32768, 65536, 131072], [94.7, 92.8, 92.1, 89.9, 86.7, 83.1]))
     lwm = dict(zip([4096, 8192, 16384, 32768, 65536, 131072], [82.3, 78.4, 73.7, 69.1, 68.1, 65.0]))
-    assert score.effective_length(glm4) == 65536
-    assert score.effective_length(lwm) == 0
+    assert score.effective_length(glm4, _threshold()) == 65536
+    assert score.effective_length(lwm, _threshold()) == 0
     # A dip then a recovery does not extend the effective length.
-    assert score.effective_length({4096: 90, 8192: 80, 16384: 95}) == 4096
+    assert score.effective_length({4096: 90, 8192: 80, 16384: 95}, _threshold()) == 4096
 
 
 def test_aggregate_rows_have_units_errors_and_lengths():
     v = [{"subset": "vt", "n_ctx": 1024, "score": s, "degenerate": d}
          for s, d in [(1.0, False), (0.6, False), (0.0, True)]]
     v += [{"subset": "cwe", "n_ctx": 1024, "score": 1.0, "degenerate": False}] * 3
-    rows, summary = score.aggregate(v)
+    rows, summary = score.aggregate(v, _threshold())
     by = {(r["metric"], r["subset"], r["n_ctx"]): r for r in rows}
     vt = by[("score", "vt", 1024)]
     assert vt["unit"] == "%" and vt["n"] == 3 and vt["value"] == pytest.approx(160 / 3)

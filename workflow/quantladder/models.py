@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import schemas
 from .errors import ConfigError, ModelFileError
 from .gguf_meta import check_magic, read_info, scan_header
 from .io import atomic_path, sha256_file
@@ -116,11 +117,18 @@ def resolve_recipe(name: str, recipe: dict | None = None) -> dict:
     if ft and str(ft).upper() not in FTYPES:
         raise ConfigError(f"recipe {name}: file_type {ft!r} is not a file type")
     out["file_type"] = str(ft).upper() if ft else None
-    out["pure"] = bool(recipe.get("pure", False))
+    out["pure"] = bool(schemas.filled_def(schemas.SCHEMA_PATH, "recipe", recipe)["pure"])  # a built-in one is partial
     if base == "NVFP4" and not any(t == "NVFP4" for _, t in tts):
         raise ConfigError(f"recipe {name}: llama.cpp has no default NVFP4 mixture; use the NVFP4 rung "
                           "(every block weight NVFP4) or give tensor_types")
     return out
+
+
+def source_settings(source: dict) -> dict:
+    """A model source (``families.<f>.source``, a prebuilt's ``source``) with the config schema's defaults
+    filled in (``file``, ``hf.repo_type``), as a copy: the run's are validated already, a planner's or a
+    test's may be partial."""
+    return schemas.filled_def(schemas.SCHEMA_PATH, "source", source)
 
 
 def source_kind(source: dict) -> str:
@@ -170,7 +178,7 @@ def resolve_source(source: dict, cache_dir: str | None = None) -> Path:
             raise ModelFileError(f"{p}: no such file (source.path)")
         return p
     if kind == "package":
-        return locate_package_file(source["package"], source.get("file", "*.gguf"))
+        return locate_package_file(source["package"], source_settings(source)["file"])
     return hub_file(source["hf"], "source", cache_dir=cache_dir)
 
 

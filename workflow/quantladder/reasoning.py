@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, NamedTuple, Sequence
 
 from .errors import ConfigError
+from .family_section import family_settings
 
 # -- formats ---------------------------------------------------------------------------------------
 
@@ -888,9 +889,9 @@ def setup_for(cfg: dict, family: str, template: str | None, source: str = "confi
     """The family's setup from the config and its chat template's text; a setting the family cannot
     honour is a ConfigError naming the family and the key (:func:`check_family`). A base model
     (``chat: false``) renders no template: the settings do not apply to it (format ``none``, nothing set)."""
-    fam = (cfg.get("families") or {}).get(family) or {}
+    fam = family_settings((cfg.get("families") or {}).get(family))  # the ruler's items pass a partial one
     settings = validate_generation(family_generation(cfg, family), source)
-    if not fam.get("chat", True):
+    if not fam["chat"]:
         return Setup(family, FORMATS["none"], settings, False)
     fmt = family_format(template, fam.get("reasoning_format"),
                         where=f"{source}: key families.{family}.reasoning_format")
@@ -910,7 +911,7 @@ def planning_template(fam: dict) -> tuple[bool, str | None]:
     the first of ``parts``), ``(False, None)`` where the file is not on this machine yet (the
     generate job checks it then). Only the header is read."""
     from .gguf_meta import scan_header
-    from .models import chat_template_text, locate_package_file, source_kind
+    from .models import chat_template_text, locate_package_file, source_kind, source_settings
 
     if fam.get("chat_template"):  # written into the source's copy (models.write_chat_template): that one
         try:
@@ -928,13 +929,13 @@ def planning_template(fam: dict) -> tuple[bool, str | None]:
 
             path = Path(src["path"]).expanduser()
         elif kind == "package":
-            path = locate_package_file(src["package"], src.get("file", "*.gguf"))
+            path = locate_package_file(src["package"], source_settings(src)["file"])
         else:
             from huggingface_hub import try_to_load_from_cache
 
-            hf = src.get("hf") or {}
+            hf = source_settings(src)["hf"]
             got = try_to_load_from_cache(hf.get("repo_id", ""), hf.get("filename", ""), revision=hf.get("revision"),
-                                         repo_type=hf.get("repo_type", "model"))
+                                         repo_type=hf["repo_type"])
             if not isinstance(got, str):
                 return False, None
             from pathlib import Path
@@ -960,8 +961,8 @@ def plan_check(cfg: dict, source: str = "config") -> None:
     if any(is_set(cfg, f) for f in cfg.get("families") or {}):
         validate_generation(cfg.get("generation"), source)
     for name, fam in (cfg.get("families") or {}).items():
-        fam = fam or {}
-        if not fam.get("enabled", True) or not fam.get("chat", True):
+        fam = family_settings(fam)
+        if not fam["enabled"] or not fam["chat"]:
             continue
         found, template = planning_template(fam)
         if fam.get("reasoning_format") and is_set(cfg, name):

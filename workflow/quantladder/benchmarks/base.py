@@ -208,12 +208,21 @@ class Benchmark:
         raise NotImplementedError
 
     def n_ctx(self, item: Item) -> int:
-        return int(item.n_ctx or self.settings.get("n_ctx") or 4096)
+        """The item's context: its own where it has one (a RULER length), else the benchmark's ``n_ctx``
+        (its schema's default filled in by :meth:`resolve`)."""
+        return int(item.n_ctx or self._own_n_ctx())
 
     def max_n_ctx(self, n_ctx_train: int | None = None) -> int:
         """The longest per-sequence context any item may need (sizes the job's memory); ``n_ctx_train``,
         the model's trained context where known, resolves a length given as ``trained``."""
-        return int(self.settings.get("n_ctx") or 4096)
+        return self._own_n_ctx()
+
+    def _own_n_ctx(self) -> int:
+        if "n_ctx" not in self.settings:  # a benchmark whose schema has no n_ctx sizes each item (max_n_ctx)
+            raise ConfigError(f"benchmarks.{self.name}: its schema ({schemas.benchmark_schema_path(self.name).name}) "
+                              "has no n_ctx and this item or call names none: give the items their n_ctx "
+                              "or override max_n_ctx")
+        return int(self.settings["n_ctx"])
 
     # -- generation ---------------------------------------------------------------------------
     def drive(self, item: Item, engine, env: Env) -> Generator:

@@ -104,7 +104,7 @@ def _from_hf(hf: dict, dest: Path, cache_dir: str | None = None) -> str:
     for rel in wanted_files():
         try:
             got = hf_hub_download(repo_id=hf["repo_id"], filename=rel, subfolder=sub, revision=hf["revision"],
-                                  repo_type=hf.get("repo_type", "dataset"), cache_dir=cache_dir)
+                                  repo_type=hf["repo_type"], cache_dir=cache_dir)
         except Exception as e:
             raise DataError(f"benchmarks.bfcl.source.hf: could not get {rel} from {hf['repo_id']}@{hf['revision']}: "
                             f"{type(e).__name__}: {e}") from e

@@ -13,6 +13,7 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
+from ... import schemas
 from ...errors import DataError
 from ...io import append_jsonl, hash_obj, sha256_file, write_json
 from . import tasks as T
@@ -197,12 +198,14 @@ def plan_blocks(settings: dict, n_ctx_train: int) -> tuple[list[tuple[int, str, 
     """The (length, task, samples) blocks the settings ask for: every task at every ``lengths`` entry
     with ``samples`` items, then each of ``cells`` (its own length, tasks and samples: an 8K cell of
     one task beside a wider short sweep). Lengths above the trained context are dropped (:func:`cap_lengths`).
-    Returns the blocks, ordered by length, and the facts for items.json (lengths kept, dropped, a note)."""
+    Returns the blocks, ordered by length, and the facts for items.json (lengths kept, dropped, a note).
+    ``settings`` may be partial (a test's, a cell without ``samples``): the schema's defaults fill it."""
+    settings = schemas.filled(schemas.benchmark_schema_path("ruler"), settings)
     wanted = [(resolve_length(x, n_ctx_train), t, int(settings["samples"]), "benchmarks.ruler.lengths")
               for x in settings["lengths"] for t in settings["tasks"]]
     for i, cell in enumerate(settings.get("cells") or []):
         where = f"benchmarks.ruler.cells[{i}]"
-        wanted += [(resolve_length(cell["length"], n_ctx_train, where), t, int(cell.get("samples", 1)), where)
+        wanted += [(resolve_length(cell["length"], n_ctx_train, where), t, int(cell["samples"]), where)
                    for t in cell["tasks"]]
     seen: dict[tuple[int, str], str] = {}
     for length, t, _, where in wanted:
@@ -211,7 +214,7 @@ def plan_blocks(settings: dict, n_ctx_train: int) -> tuple[list[tuple[int, str, 
                             "each (task, length) is one block of items")
         seen[(length, t)] = where
     kept, dropped, note = cap_lengths([length for length, *_ in wanted], n_ctx_train,
-                                      settings.get("cap_to_trained_context", True))
+                                      settings["cap_to_trained_context"])
     order = {length: i for i, length in enumerate(kept)}
     blocks = sorted(((length, t, n) for length, t, n, _ in wanted if length in order),
                     key=lambda b: order[b[0]])  # stable: within a length, the config's order

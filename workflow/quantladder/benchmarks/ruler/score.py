@@ -16,7 +16,6 @@ from collections import defaultdict
 
 from ...metrics import row
 
-THRESHOLD = 85.6
 _CONTROL = re.compile(r"[\x00-\x1f]")
 
 
@@ -74,8 +73,9 @@ def _mean_se(xs: list[float]) -> tuple[float, float | None]:
     return m, math.sqrt(var / n)
 
 
-def effective_length(avg_by_length: dict[int, float], threshold: float = THRESHOLD) -> int:
-    """Longest length L such that every length <= L scores >= threshold; 0 if the shortest fails."""
+def effective_length(avg_by_length: dict[int, float], threshold: float) -> int:
+    """Longest length L such that every length <= L scores >= threshold (``benchmarks.ruler.threshold``,
+    the schema's default Llama-2-7B's score at 4K); 0 if the shortest fails."""
     eff = 0
     for length in sorted(avg_by_length):
         if avg_by_length[length] >= threshold:
@@ -85,7 +85,7 @@ def effective_length(avg_by_length: dict[int, float], threshold: float = THRESHO
     return eff
 
 
-def aggregate(verdicts: list[dict], threshold: float = THRESHOLD) -> tuple[list[dict], dict]:
+def aggregate(verdicts: list[dict], threshold: float) -> tuple[list[dict], dict]:
     """Metric rows from per-item verdicts ({"subset": task, "n_ctx": length, "score": 0..1, "degenerate"})."""
     by_tl: dict[tuple[str, int], list[float]] = defaultdict(list)
     for v in verdicts:

@@ -21,6 +21,7 @@ from functools import cached_property
 
 from ... import metrics
 from ...errors import DataError
+from ...family_section import family_settings
 from ...metrics import Metric
 from ..base import Benchmark, Item, data_path
 from . import checks as C
@@ -94,14 +95,14 @@ class Tasks(Benchmark):
         return {source["path"]: source["sha256"]} if source.get("hf") else {}
 
     def _file(self, source: dict) -> taskfile.TaskFile:
-        tf = taskfile.read(data_path(source["path"]), source.get("format", "auto"), self.settings["limit"])
+        tf = taskfile.read(data_path(source["path"]), source["format"], self.settings["limit"])  # the record resolves it
         self.check_read(tf.path, {"prompts_sha256": tf.prompts_sha256, "checks_sha256": tf.checks_sha256})
         return tf
 
     # -- items ---------------------------------------------------------------------------------
     def build_items(self, source, *, reference_gguf=None, family=None, threads=1, log=None):
         tf = self._file(source)
-        chat = bool((family or {}).get("chat", True))
+        chat = bool(family_settings(family)["chat"])
         items = [Item(id=it.id, subset=it.subset,
                       data={"prompt": it.prompt, "system": it.system, "options": list(it.options or []),
                             "max_tokens": it.max_tokens, "stop": list(it.stop), "chat": chat})
