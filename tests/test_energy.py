@@ -326,7 +326,7 @@ def test_no_nvml_gives_absent_energy_with_a_reason_never_zero(tmp_path):
     assert reason and "NVML" in reason
     ran = []
     res = energy.measure_generation(lambda mark: ran.append(1) or "out", n_gen_tokens=10, n_prompt_tokens=5,
-                                    idle_cache_path=tmp_path / "idle.json")
+                                    idle_cache_path=tmp_path / "idle.json", interval_s=0.05)
     assert ran == [1] and res["value"] == "out"
     assert res["status"] == "absent" and "NVML" in res["status_reason"]
     assert res["joules_per_generated_token"] is None and res["net_energy_j"] is None
@@ -406,6 +406,6 @@ def test_bench_workload_on_the_real_model(monkeypatch, tmp_path, smollm_q8):
 def test_bench_workload_without_nvml_is_absent_and_loads_nothing(monkeypatch, tmp_path):
     monkeypatch.setattr(energy, "nvml_reader", lambda index=0: (None, "no NVML power readings: Driver Not Loaded"))
     res, engine = energy.measure_bench_workload(str(tmp_path / "no-model.gguf"), n_prompt=32, n_gen=8,
-                                                idle_cache_path=tmp_path / "idle.json")
+                                                idle_cache_path=tmp_path / "idle.json", interval_s=0.05)
     assert engine is None and res["status"] == "absent" and "Driver Not Loaded" in res["status_reason"]
     assert not (tmp_path / "idle.json").exists()

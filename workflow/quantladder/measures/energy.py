@@ -67,7 +67,6 @@ declare_figures(
 
 
 NVML_COUNTER_MODULUS = 2**64  # nvmlDeviceGetTotalEnergyConsumption is an unsigned long long (mJ)
-DEFAULT_INTERVAL_S = 0.05
 DEFAULT_IDLE_WINDOW_S = 10.0
 DEFAULT_IDLE_MAX_AGE_S = 3600.0
 IDLE_UTIL_MAX_PCT = 5.0  # above this the "idle" window saw work: the baseline is flagged
@@ -221,7 +220,7 @@ class PowerSampler:
     not keep is skipped, and shows as a gap, rather than shifting the grid).
     """
 
-    def __init__(self, reader, interval_s: float = DEFAULT_INTERVAL_S, memory: bool = True):
+    def __init__(self, reader, interval_s: float, memory: bool = True):
         if interval_s <= 0:
             raise ValueError("interval_s must be positive")
         self.reader = reader
@@ -544,7 +543,7 @@ def absent(reason: str, **extra) -> dict:
 def measure_generation(fn: Callable, *, n_gen_tokens: int | Callable[[object], int],
                        n_prompt_tokens: int | Callable[[object], int],
                        idle_cache_path: str | os.PathLike | None, reader=None, device_index: int = 0,
-                       interval_s: float = DEFAULT_INTERVAL_S, idle_window_s: float = DEFAULT_IDLE_WINDOW_S,
+                       interval_s: float, idle_window_s: float = DEFAULT_IDLE_WINDOW_S,
                        idle_max_age_s: float = DEFAULT_IDLE_MAX_AGE_S, prompt_mark: str = "prompt_done",
                        idle: dict | None = None) -> dict:
     """Run ``fn(mark)`` under the power sampler and return the energy of its phases.
@@ -591,7 +590,7 @@ def measure_generation(fn: Callable, *, n_gen_tokens: int | Callable[[object], i
 
 def measure_bench_workload(model_path: str, *, n_prompt: int, n_gen: int, idle_cache_path: str | os.PathLike,
                            kv: str = "f16", n_threads: int = 0, n_gpu_layers: int = 0,
-                           flash_attn: bool | None = None, interval_s: float = DEFAULT_INTERVAL_S,
+                           flash_attn: bool | None = None, interval_s: float,
                            idle_window_s: float = DEFAULT_IDLE_WINDOW_S,
                            idle_max_age_s: float = DEFAULT_IDLE_MAX_AGE_S,
                            device_index: int = 0) -> tuple[dict, dict | None]:

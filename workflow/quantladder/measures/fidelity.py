@@ -236,9 +236,8 @@ def reference_job(cfg: dict, card: str, *, gguf: str, info: str, generations: st
     check_same_card(card, cfg.get("card"))
     ref = read_json(info)
     records = read_jsonl(generations)
-    fid = cfg.get("fidelity") or {}
-    who, out, engine = teacher_pass(gguf, records, kv="f16", threads=threads, n_batch=int(fid.get("n_batch", 2048)),
-                                    n_gpu_layers=cfg.get("gpu_layers", 0), flash_attn=cfg.get("flash_attn"),
+    who, out, engine = teacher_pass(gguf, records, kv="f16", threads=threads, n_batch=int(cfg["fidelity"]["n_batch"]),
+                                    n_gpu_layers=cfg["gpu_layers"], flash_attn=cfg.get("flash_attn"),
                                     write_reference=logits_out if records else None,
                                     ref_header={"model_sha256": ref["sha256"], "kv": "f16"}, deadline=deadline)
     skipped = left_out(records)
@@ -270,12 +269,11 @@ def point_job(pt, *, reference_logits: str, reference_info: str, reference_gener
         rows += [metrics.row(m, None, status="absent", status_reason=refused)
                  for m in ("first_divergence_token", "reply_length_change")]
     elif info["who"]:
-        fid = pt.config.get("fidelity") or {}
         reader = ReferenceReader(reference_logits)
         try:
             who, out, engine = teacher_pass(pt.model_path, ref_records, kv=pt.kv, threads=pt.threads,
-                                            n_batch=int(fid.get("n_batch", 2048)), reference=reader,
-                                            n_gpu_layers=pt.config.get("gpu_layers", 0),
+                                            n_batch=int(pt.config["fidelity"]["n_batch"]), reference=reader,
+                                            n_gpu_layers=pt.config["gpu_layers"],
                                             flash_attn=pt.config.get("flash_attn"), deadline=deadline)
         finally:
             reader.close()

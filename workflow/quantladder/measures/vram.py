@@ -44,10 +44,12 @@ def peak_from_samples(samples: Sequence, *, baseline_dev_used_bytes: int | None 
 
 
 def measure_memory(fn: Callable[[], object], *, reader=None, device_index: int = 0,
-                   interval_s: float = energy.DEFAULT_INTERVAL_S) -> dict:
+                   interval_s: float = 0.05) -> dict:
     """Run ``fn()`` (load the model and run the point's context) under the sampler; its peak
     memory on the card. Start before the model loads, so the device baseline is the empty card.
-    Without NVML ``fn`` still runs and the result is absent with the reason."""
+    Without NVML ``fn`` still runs and the result is absent with the reason. ``interval_s``: the memory
+    probe's own sampling interval, which no config key sets (``measures.energy.interval_s`` is the
+    energy sampler's, read by its rule from the validated config)."""
     own = False
     reason = None
     if reader is None:

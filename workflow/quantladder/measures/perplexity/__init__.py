@@ -28,7 +28,7 @@ named `run`: that is the pass itself, `perplexity.run`), `stats` makes its figur
 
 import importlib
 
-from .passes import (OVERLAP_FLAG_PCT, OVERLAP_NGRAM, TRAINED, Protocol, family_passes, n_chunks, pass_config,
+from .passes import (TRAINED, Protocol, family_passes, n_chunks, pass_config,
                      pass_name, pass_settings, passes, protocol)
 
 # The parts that need numpy, imported on first use: rules/common.smk imports this package to plan
@@ -40,7 +40,7 @@ _LAZY = {name: module for module, names in {
     "stats": ("PERCENTILES", "metric_rows", "overlap_rows", "summarize"),
 }.items() for name in names}
 
-__all__ = ["OVERLAP_FLAG_PCT", "OVERLAP_NGRAM", "TRAINED", "Protocol", "family_passes", "n_chunks", "pass_config",
+__all__ = ["TRAINED", "Protocol", "family_passes", "n_chunks", "pass_config",
            "pass_name", "pass_settings", "passes", "protocol", *_LAZY]
 
 

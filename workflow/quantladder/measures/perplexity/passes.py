@@ -58,20 +58,16 @@ def _ctx_label(n_ctx) -> str:
     return TRAINED if n_ctx in (None, 0, TRAINED) else f"n{int(n_ctx)}"
 
 
-def _long(p: dict) -> dict:
-    return p.get("long") or {}
-
-
 def passes(cfg: dict) -> list[tuple[str, str]]:
     """(corpus, context label) of every pass: each evaluation corpus at ``n_ctx`` (label ``n512``),
     and each long-document corpus at the long context (``trained``, or ``n32768``)."""
     p = cfg["measures"]["perplexity"]
     short = f"n{int(p['n_ctx'])}"
     out = [(c, short) for c in dict.fromkeys([p["corpus"], *(p.get("corpora") or [])])]
-    lg = _long(p)
-    if lg.get("enabled", False):
-        label = _ctx_label(lg.get("n_ctx"))
-        for c in dict.fromkeys(lg.get("corpora") or []):
+    lg = p["long"]
+    if lg["enabled"]:
+        label = _ctx_label(lg["n_ctx"])
+        for c in dict.fromkeys(lg["corpora"]):
             if (c, label) in out:
                 raise ConfigError(f"measures.perplexity.long: corpus {c} at {label} is already an evaluation pass "
                                   "(measures.perplexity.corpora at n_ctx); give the long pass another context")
@@ -85,7 +81,7 @@ def family_passes(cfg: dict, family: str) -> tuple[list[tuple[str, str]], list[d
     """The passes a family takes, and those it cannot (with the reason): a chat corpus needs a chat
     model (``families.<f>.chat``), whose template renders it."""
     corpora = cfg.get("corpora") or {}
-    chat = cfg["families"][family].get("chat", True)
+    chat = cfg["families"][family]["chat"]
     run, skipped = [], []
     for corpus, ctx in passes(cfg):
         if corpus not in corpora:
@@ -106,19 +102,19 @@ def pass_settings(cfg: dict, corpus: str, ctx: str) -> dict:
     if corpus not in corpora:
         raise ConfigError(f"measures.perplexity: corpus {corpus!r} is not defined under `corpora:` "
                           f"(known: {sorted(corpora)})")
-    lg = _long(p)
-    if lg.get("enabled", False) and corpus in (lg.get("corpora") or []) and ctx == _ctx_label(lg.get("n_ctx")):
+    lg = p["long"]
+    if lg["enabled"] and corpus in lg["corpora"] and ctx == _ctx_label(lg["n_ctx"]):
         n_ctx = TRAINED if ctx == TRAINED else int(lg["n_ctx"])
-        n_batch, max_chunks = int(lg.get("n_batch", 512)), int(lg.get("max_chunks", 1))
+        n_batch, max_chunks = int(lg["n_batch"]), int(lg["max_chunks"])
     elif ctx == f"n{int(p['n_ctx'])}" and corpus in [p["corpus"], *(p.get("corpora") or [])]:
         n_ctx, n_batch, max_chunks = int(p["n_ctx"]), int(p["n_batch"]), int(p["max_chunks"])
     else:
         raise ConfigError(f"measures.perplexity: no pass of corpus {corpus!r} at context {ctx!r} "
                           f"(the passes: {passes(cfg)})")
-    ov = p.get("overlap") or {}
+    ov = p["overlap"]
     return {"corpus": corpus, "source": corpora[corpus], "ctx": ctx, "n_ctx": n_ctx, "n_batch": n_batch,
-            "max_chunks": max_chunks, "kld": bool(p.get("kld", True)),
-            "overlap": {"ngram": int(ov.get("ngram", OVERLAP_NGRAM)), "flag_pct": float(ov.get("flag_pct", OVERLAP_FLAG_PCT))}}
+            "max_chunks": max_chunks, "kld": bool(p["kld"]),
+            "overlap": {"ngram": int(ov["ngram"]), "flag_pct": float(ov["flag_pct"])}}
 
 
 def pass_config(cfg: dict, corpus: str, ctx: str) -> dict:
@@ -145,9 +141,8 @@ def protocol(settings: dict, n_ctx_train: int | None = None, source: str = "mode
 
 
 # -- calibration overlap -----------------------------------------------------------------------
-# Token n-grams, n = 13: the length GPT-3's contamination study used for words (Brown et al. 2020,
+# Token n-grams, n = 13 (measures.perplexity.overlap.ngram's default in config.schema.yaml, flagged at
+# overlap.flag_pct, default 1 %): the length GPT-3's contamination study used for words (Brown et al. 2020,
 # appendix C), here over the model's own tokens so that scripts without word spaces count alike.
 # Measured here (SmolLM2 tokens): two disjoint halves of the Debian Reference share 0.05-0.5 % of
 # their 13-grams, a text with itself 100 %, alternate pydoc topics (which repeat whole sections) 55 %.
-OVERLAP_NGRAM = 13
-OVERLAP_FLAG_PCT = 1.0

@@ -366,7 +366,7 @@ def measure_pass(pt, corpus: str, ctx_label: str, *, corpus_file: str, corpus_in
     refused = provenance.refusal(pt.model_record, kind) if reference else None
     reader = ReferenceReader(reference) if reference and not refused else None
     with RawContext(pt.model_path, n_ctx=proto.context_tokens, n_batch=proto.batch_tokens, n_seq_max=proto.n_seq,
-                    kv=pt.kv, n_threads=pt.threads, n_gpu_layers=pt.config.get("gpu_layers", 0),
+                    kv=pt.kv, n_threads=pt.threads, n_gpu_layers=pt.config["gpu_layers"],
                     flash_attn=pt.config.get("flash_attn")) as ctx:
         vocab = models.vocab_id(pt.model_record)
         res = run(ctx, text, proto, reference=reader, deadline=deadline, checkpoint=checkpoint_path(metrics_out),
@@ -444,7 +444,7 @@ def reference_pass(cfg: dict, card: str, corpus: str, ctx_label: str, *, gguf: s
     header = {"model_sha256": ref["sha256"], "corpus_sha256": sha256_file(corpus_file), "kv": "f16",
               "corpus": corpus, "context": ctx_label, "parse_special": parse_special}
     with RawContext(gguf, n_ctx=proto.context_tokens, n_batch=proto.batch_tokens, n_seq_max=proto.n_seq,
-                    kv="f16", n_threads=threads, n_gpu_layers=cfg.get("gpu_layers", 0),
+                    kv="f16", n_threads=threads, n_gpu_layers=cfg["gpu_layers"],
                     flash_attn=cfg.get("flash_attn")) as ctx:
         res = run(ctx, text, proto, write_reference=logits_out, ref_header=header, deadline=deadline,
                   checkpoint=checkpoint_path(logits_out), resume_key=spec, parse_special=parse_special,
