@@ -32,14 +32,14 @@ rule recommend:
         # plain strings, so that changing a `recommend:` setting reruns the rule
         kv_types=json.dumps(config.get("recommend", {}).get("kv_types")),
         min_tg=json.dumps(config.get("recommend", {}).get("min_tg_tokens_per_s")),
-        parallel=json.dumps(config.get("recommend", {}).get("parallel", 1)),
+        parallel=json.dumps(config["recommend"]["parallel"]),
         weights=json.dumps(
             config.get("recommend", {}).get("weights", {}), sort_keys=True
         ),
         tolerance=json.dumps(
             config.get("recommend", {}).get("tolerance", {}), sort_keys=True
         ),
-        cautious=json.dumps(config.get("recommend", {}).get("cautious", False)),
+        cautious=json.dumps(config["recommend"]["cautious"]),
         corpora=json.dumps(config.get("recommend", {}).get("corpora")),
         accept=json.dumps(config.get("recommend", {}).get("accept")),
     script:

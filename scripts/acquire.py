@@ -36,7 +36,9 @@ def run(smk):
         return
     try:  # headers only: a fraction of a second
         template = {"from": "own"}
-        if spec.get("chat_template", "own") == "reference":  # the reference's template in the rung's copy
+        # the reference's template in the rung's copy; the rule's params leave out chat_template at its
+        # default (own: get_prebuilt_spec), so an absent one is own
+        if spec.get("chat_template") == "reference":
             text, template = provenance.reference_template(smk.input.reference, gguf, where=where)
             if template["own_differs"]:
                 record = _with_template(record, gguf, text)

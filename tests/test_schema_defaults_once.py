@@ -56,6 +56,23 @@ NOT_CONFIG = {
     ("workflow/quantladder/generation.py", "n_ctx", "0"): "a generations record's n_ctx (0: not recorded)",
     ("workflow/quantladder/benchmarks/tasks/checks.py", "file", "'check.py'"): "a task file's check: its file name",
     ("workflow/quantladder/progress.py", "imatrix", "{}"): "a rung plan's imatrix record (ladder.plan)",
+    ("workflow/quantladder/config.py", "kv_types", "[]"): "a benchmark's own kv_types (benchmarks.ruler.kv_types): "
+        "types added beside the family's, with no default (unset: none added), not the top-level kv_types",
+    ("workflow/quantladder/corpora.py", "part", "'all'"): "a debian_reference corpus's part, to which the schema gives "
+        "no default (one there would change every such corpus's key); traffic's part is required",
+    ("workflow/quantladder/textsources.py", "format", "'text'"): "a corpus source's format: corpus_source gives none "
+        "(one there would change every corpus's key); a text source's own default is the same text",
+    ("workflow/quantladder/textsources.py", "file", "'*.txt'"): "a corpus source's file glob in its package: "
+        "corpus_source gives none; the '*.gguf' is a model source's",
+    ("workflow/quantladder/dataset_view.py", "n_parallel", "1"): "a speed row's n_parallel: a row without one is "
+        "llama-bench's single sequence",
+    ("workflow/quantladder/plan.py", "n_parallel", "1"): "a generation cost record's n_parallel (none recorded: one)",
+    ("workflow/quantladder/recommend.py", "n_parallel", "1"): "a candidate's speed record (dataset_view.speed_at)",
+    ("workflow/quantladder/report/first.py", "kv", "'f16'"): "a find answer's kv (the walk's KV type)",
+    ("workflow/quantladder/benchmarks/tasks/__init__.py", "chat", "True"): "an item's data record: chat as its items "
+        "were built (Tasks.build_items fills it from the family)",
+    ("rules/recommend.smk", "tolerance", "{}"): "recommend.tolerance, which has no default (unset: the documented "
+        "per-metric ones); the 5.0 is an anchors entry's tolerance",
 }
 # Module constants named like a key with its value, that are another quantity: (file, constant).
 OTHER_QUANTITY = {

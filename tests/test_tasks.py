@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from quantladder import benchmarks, manifest
+from quantladder import benchmarks, config, manifest
 from quantladder.benchmarks import ScoringContext
 from quantladder.benchmarks.base import Env
 from quantladder.benchmarks.tasks import checks as C
@@ -342,7 +342,7 @@ def test_the_example_uses_every_check_kind_and_validates():
 def _cfg(tmp_path, path):
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     cfg.setdefault("benchmarks", {})["tasks"] = {"enabled": True, "source": {"path": str(path)}}
-    return cfg
+    return config.validate_config(cfg)  # as a run reads it: the schemas' defaults filled in
 
 
 def test_a_check_edit_moves_the_scoring_key_only_and_a_prompt_edit_the_items(tmp_path):

@@ -145,7 +145,7 @@ def check_semantics(cfg: dict, source: str = "config") -> None:
                 raise ConfigError(f"{source}: families.{name}: {pre!r} is both a made and a prebuilt rung")
             made = [r for r in ladder if r not in fam.get("prebuilt", {})]
             derived = (spec or {}).get("derive") or {}
-            if derived and spec.get("enabled", True) and derived.get("rung") not in made:
+            if derived and spec["enabled"] and derived.get("rung") not in made:
                 raise ConfigError(f"{source}: key families.{name}.prebuilt.{pre}.derive.rung: {derived.get('rung')!r} "
                                   f"is not one of the rungs the family makes ({', '.join(made)}): a derived file is a "
                                   f"copy of one of them (add it to `rungs`, or switch the stand-in off: "
@@ -161,6 +161,8 @@ def check_semantics(cfg: dict, source: str = "config") -> None:
     reasoning.plan_check(cfg, source)
     if GenerationPolicy.of(cfg).batch_invariant:
         check_batch_invariant_config(cfg, source)
+    # A benchmark's own kv_types (benchmarks.ruler.kv_types) is not the top-level kv_types: it adds
+    # types beside the family's, has no default, and unset it adds none; the [] says that.
     for name, section in (cfg.get("benchmarks") or {}).items():
         for kv in (section or {}).get("kv_types") or []:
             try:
@@ -241,7 +243,7 @@ def rungs(cfg: dict, family: str) -> list[str]:
     fam = cfg["families"][family]
     out = [reference_rung(cfg, family)]
     out += [rung_name(r) for r in fam.get("rungs", []) if rung_name(r) != out[0]]
-    out += [r for r, p in fam.get("prebuilt", {}).items() if (p or {}).get("enabled", True)]
+    out += [r for r, p in fam.get("prebuilt", {}).items() if p["enabled"]]
     return out
 
 
@@ -267,6 +269,7 @@ def kv_types(cfg: dict, family: str | None = None, measure: str | None = None) -
     else:
         out = list(cfg["kv_types"])
     if measure:
+        # the benchmark's extra types (no default: unset, none), not the top-level kv_types' [f16]
         extra = ((cfg.get("benchmarks") or {}).get(measure) or {}).get("kv_types") or []
         out += [k for k in extra if k not in out]
     return out

@@ -51,6 +51,7 @@ from .benchmarks.code import data as code_data
 from .benchmarks.code import prompts as code_prompts
 from .benchmarks.tasks.taskfile import resolve_path
 from .benchmarks.traffic import trafficfile  # a traffic file's calibration part (its own reader)
+from . import schemas
 from .errors import ConfigError, DataError, ModelFileError
 from .gguf_meta import scan_header
 from .corpus_names import NAME_RE, is_chat, parse_name  # noqa: F401 (the corpus's API)
@@ -258,11 +259,15 @@ def _debian_reference(spec: dict, sel: dict | None) -> Corpus:
 def _traffic(spec: dict) -> Corpus:
     """One part of a traffic file's split by conversation id (``calib`` to calibrate an importance
     matrix, ``eval`` to measure on), as plain text: the benchmark's own split (benchmarks.traffic),
-    so the part a matrix saw and the part a rung is evaluated on are disjoint by construction."""
-    share, seed = float(spec.get("calibration_share", 0.5)), str(spec.get("seed", "traffic"))
-    tf = trafficfile.read(resolve_path(spec["path"]), spec.get("format", "auto"), part=spec.get("part", "all"),
+    so the part a matrix saw and the part a rung is evaluated on are disjoint by construction.
+    ``spec`` as validated, or partial (``corpora.build``'s callers): the schema's defaults fill it."""
+    spec = schemas.filled_def(schemas.SCHEMA_PATH, "corpus_source", {"traffic": spec})["traffic"]
+    if "part" not in spec:
+        raise ConfigError("corpora: traffic: `part` is required (calib, eval or all)")
+    share, seed = float(spec["calibration_share"]), str(spec["seed"])
+    tf = trafficfile.read(resolve_path(spec["path"]), spec["format"], part=spec["part"],
                           calibration_share=share, seed=seed)
-    return Corpus(trafficfile.text_of(tf), record={"source": "traffic", "path": str(tf.path), "part": spec.get("part", "all"),
+    return Corpus(trafficfile.text_of(tf), record={"source": "traffic", "path": str(tf.path), "part": spec["part"],
                                                    "calibration_share": share, "seed": seed,
                                                    "conversations": [c.id for c in tf.items]})
 

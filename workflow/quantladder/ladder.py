@@ -93,7 +93,9 @@ def plan(cfg: dict, family: str, rung: str, where: str = "config") -> dict:
     if opts:
         raise ConfigError(f"{key}: unknown keys {sorted(opts)}")
     if choice is None:
-        choice = q.get("imatrix") or "auto"
+        # quantize.imatrix (default auto) may be written null (or empty), which has always read as auto;
+        # kept so: not a second default, the meaning of null
+        choice = q["imatrix"] or "auto"
     if imatrix_file:
         if choice not in ("auto", "none"):
             raise ConfigError(f"{key}: give either imatrix (a corpus) or imatrix_file, not both")
@@ -101,7 +103,8 @@ def plan(cfg: dict, family: str, rung: str, where: str = "config") -> dict:
         return out
     if choice == "auto":
         wants = resolved["type"].startswith("IQ") or resolved["type"] in NEEDS_IMATRIX
-        choice = (q.get("calibration") or "none") if wants else "none"
+        # quantize.calibration's default is null, no corpus named: the rung then gets no matrix (none)
+        choice = (q["calibration"] or "none") if wants else "none"
     if choice == "none":
         if resolved["type"] in NEEDS_IMATRIX:
             raise ConfigError(f"{key}: {resolved['type']} needs an importance matrix: set imatrix to a calibration "

@@ -28,7 +28,7 @@ import os
 import socket
 from typing import Any
 
-from . import HARNESS_VERSION, benchmarks, measures
+from . import HARNESS_VERSION, benchmarks, measures, schemas
 from . import config as qconfig
 from .generation_policy import GenerationPolicy
 from .io import hash_obj
@@ -88,7 +88,7 @@ def _point(cfg: dict, card: str, family: str, rung: str, kv: str) -> dict:
     return {"point": {"card": card, "family": family, "rung": rung, "kv": kv, "type_k": type_k, "type_v": type_v,
                       "is_reference": kind == "reference"},
             "model": model,
-            "engine": {"gpu_layers": cfg.get("gpu_layers", 0), "flash_attn": cfg.get("flash_attn")},
+            "engine": {"gpu_layers": cfg["gpu_layers"], "flash_attn": cfg.get("flash_attn")},
             "sampling": GREEDY, "harness_version": HARNESS_VERSION,
             "llama_cpp_python": _version("llama_cpp_python")}
 
@@ -131,7 +131,7 @@ def items_key(cfg: dict, family: str, benchmark: str) -> str:
                            "harness": HARNESS_VERSION}
     if b.per_family_items:
         fam = cfg["families"][family]
-        obj["family"] = {"source": fam["source"], "sha256": fam.get("sha256"), "chat": fam.get("chat", True)}
+        obj["family"] = {"source": fam["source"], "sha256": fam.get("sha256"), "chat": fam["chat"]}
     return _key(obj)
 
 
@@ -154,7 +154,7 @@ def reference_logits_key(cfg: dict, family: str, corpus: str) -> str:
     ppl.pop("kld", None)
     fam = cfg["families"][family]
     return _key({"perplexity": ppl, "source": fam["source"], "sha256": fam.get("sha256"),
-                 "corpus": cfg["corpora"].get(corpus), "gpu_layers": cfg.get("gpu_layers", 0),
+                 "corpus": cfg["corpora"].get(corpus), "gpu_layers": cfg["gpu_layers"],
                  "llama_cpp_python": _version("llama_cpp_python"), "harness": HARNESS_VERSION})
 
 
@@ -185,9 +185,11 @@ def anchor_generation_key(cfg: dict, benchmark: str, entries: list[dict]) -> str
 
 
 def anchor_run_key(entry: dict, bench) -> str:
-    """An anchor reproduction's replies: its model, the benchmark's settings and version."""
+    """An anchor reproduction's replies: its model, the benchmark's settings and version; the entry's
+    ``n_parallel`` and ``gpu_layers`` with the anchors schema's defaults (anchors.entry_settings)."""
+    filled = schemas.filled_def(schemas.ANCHORS_SCHEMA_PATH, "entry", entry)
     return _key({"model": entry["model"], "settings": bench.settings, "version": bench.version,
-                 "n_parallel": entry.get("n_parallel", 1), "gpu_layers": entry.get("gpu_layers", 999),
+                 "n_parallel": filled["n_parallel"], "gpu_layers": filled["gpu_layers"],
                  "harness": HARNESS_VERSION})
 
 

@@ -214,8 +214,8 @@ def _thinking_families(cfg: dict, costs: list[dict]) -> dict[str, reasoning.Sett
     measured = {c["family"] for c in costs if c.get("thinking_tokens")}
     out = {}
     for name in qconfig.families(cfg):
-        fam = cfg["families"][name] or {}
-        if not fam.get("chat", True):
+        fam = cfg["families"][name]  # validated (qconfig.load): chat filled in
+        if not fam["chat"]:
             continue
         found, template = reasoning.planning_template(fam)
         if fam.get("reasoning_format") or found:

@@ -667,7 +667,7 @@ def format_text(result: dict) -> str:
                      f"{req['context_tokens']} tokens of context"
                      + (f", KV {','.join(req['kv_types'])}" if req.get("kv_types") else "")
                      + (f", tg ≥ {req['min_tg_tokens_per_s']} tokens/s" if req.get("min_tg_tokens_per_s") is not None else "")
-                     + (f", {req['parallel']} sequences at a time" if req.get("parallel", 1) != 1 else ""))
+                     + (f", {req['parallel']} sequences at a time" if req["parallel"] != 1 else ""))
     lines.append("weights: " + ", ".join(f"{k}={v:g}" for k, v in req["weights"].items()))
     lines += [f"note: {n}" for n in result.get("notes", [])]
     if not result["feasible"]:
