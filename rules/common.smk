@@ -398,7 +398,7 @@ def get_reference_logits(wildcards):
     log-probs, taken with an f16 KV cache: KLD then includes what KV quantization costs.
     """
     ppl = config["measures"]["perplexity"]
-    if not ppl.get("kld", True):
+    if not ppl["kld"]:
         return []
     return (
         f"results/{wildcards.card}/reference_logits/{wildcards.family}/"
@@ -627,6 +627,6 @@ def get_reference_generations(wildcards):
 def get_fidelity_spec(wildcards):
     """What changes the fidelity figures besides their input files: the pass's batch size."""
     return json.dumps(
-        {"n_batch": int((config.get("fidelity") or {}).get("n_batch", 2048))},
+        {"n_batch": int(config["fidelity"]["n_batch"])},
         sort_keys=True,
     )
