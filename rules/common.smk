@@ -212,7 +212,8 @@ def get_prebuilt_spec(wildcards):
 
 def get_prebuilt_derived(wildcards):
     """The made rung a derived prebuilt file copies, or nothing for a file fetched."""
-    derived = config["families"][wildcards.family]["prebuilt"][wildcards.rung].get("derive")
+    spec = config["families"][wildcards.family]["prebuilt"][wildcards.rung]
+    derived = spec.get("derive")
     if not derived:
         return []
     kind = qconfig.rung_kind(config, wildcards.family, derived["rung"])

@@ -94,7 +94,8 @@ rule speed:
         mem_mb=qres.mem_mb(
             "inference",
             n_ctx=config["measures"]["speed"]["n_prompt"]
-            + config["measures"]["speed"]["n_gen"],
+            + config["measures"]["speed"]["n_gen"]
+            + max(config["measures"]["speed"]["depths"], default=0),
         ),
         runtime=qres.runtime_min("speed", config),
     params:

@@ -376,12 +376,14 @@ def test_perplexity_gate_passes_against_llama_perplexity(tools, smollm_f16, tmp_
 
 @pytest.mark.slow
 def test_speed_gate_runs_interleaved_rounds_against_llama_bench(tools, smollm_f16):
-    cfg = {"measures": {"speed": {"n_prompt": 64, "n_gen": 16, "repetitions": 2, "n_batch": 2048, "n_ubatch": 512}},
+    """Both sides at an empty cache and after 256 tokens in it (llama-bench -d 256), interleaved."""
+    cfg = {"measures": {"speed": {"n_prompt": 64, "n_gen": 16, "repetitions": 2, "n_batch": 2048, "n_ubatch": 512,
+                                  "depths": [256]}},
            "anchor_gates": {"speed": {"rounds": 2, "repetitions": 1}}, "flash_attn": None, "gpu_layers": 0}
     doc = tool_gates.speed_gate(cfg, family="smollm2", card_label="test", tools=tools, model=str(smollm_f16),
                                 model_record={"rung": "F16"}, threads=2, spec="x")
     assert doc["against"]["settings"]["repetitions"] == 1  # the gate's own, not the measure's 2
-    assert [t["test"] for t in doc["tests"]] == ["pp64", "tg16"]
+    assert [t["test"] for t in doc["tests"]] == ["pp64", "tg16", "pp64@d256", "tg16@d256"]
     for t in doc["tests"]:
         assert t["rounds"] == 2 and len(t["ratios"]) == 2 and all(x > 0 for x in t["theirs_tokens_per_s"])
     # whatever this shared machine does, the verdict follows the rule

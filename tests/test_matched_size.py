@@ -341,22 +341,32 @@ def test_find_speed_floor_settings_are_checked():
 
 
 def test_find_speed_floor_on_speeds_measured_here(smollm_q8, smollm_q4km, smollm_q2k, tmp_path):
-    """The real speed measure (llama-bench's tg protocol, 32 tokens × 3) on three real rungs of SmolLM2,
-    its rows written by its own row writer: the walk's candidates carry those figures, and a floor between
-    two of them keeps exactly the rungs measured at or above it, whatever their sizes."""
+    """The real speed measure (llama-bench's tg protocol, 32 tokens × 3, from an empty cache and after 512
+    tokens in it: llama-bench -d 512) on three real rungs of SmolLM2, its rows written by its own row
+    writer: a user's context reads the depth that covers it (or the deepest, an upper bound, said so),
+    the walk's candidates carry those figures, and a floor between two of them keeps exactly the rungs
+    measured at or above it, whatever their sizes."""
     from quantladder.gguf_meta import read_info
     from quantladder.measures import speed
 
     files = {"Q8_0": smollm_q8, "Q4_K_M": smollm_q4km, "Q2_K": smollm_q2k}
-    rows = {r: speed.metric_rows(speed.measure(str(p), n_prompt=0, n_gen=32, repetitions=3, n_threads=2))
+    rows = {r: speed.metric_rows(speed.measure(str(p), n_prompt=0, n_gen=32, repetitions=3, n_threads=2,
+                                               depths=[512]))
             for r, p in files.items()}
+    for r in files:
+        assert [(x["metric"], x["subset"], x["n_ctx"]) for x in rows[r]] == [
+            ("tg_tokens_per_s", "tg32", 32), ("tg_tokens_per_s_at_depth", "tg32@d512", 544)]
     sp = qfind.Spec("smollm2", "F16", 1 << 40, "1TiB", 2048, "f16", (), tuple(files), "Q8_0", 0.025, "step",
                     min_tps=1.0, parallel=1)
     infos = {r: read_info(str(p)).__dict__ for r, p in files.items()}
     infos["F16"] = {**infos["Q8_0"], "bits_per_weight": 16.0}
+    for r in files:  # a context within the depth: that row, nothing said; the empty cache's: its own
+        assert dv.speed_at(rows[r], 300) == {**dv.speed_at(rows[r], 300), "value": rows[r][1]["value"], "note": ""}
+        assert dv.speed_at(rows[r], 32)["value"] == rows[r][0]["value"]
     speeds = {r: dv.speed_at(rows[r], sp.ctx) for r in files}
-    measured = {r: rows[r][0]["value"] for r in files}
-    assert all(s["value"] == measured[r] and "below the 2048 tokens asked" in s["note"] for r, s in speeds.items())
+    measured = {r: rows[r][1]["value"] for r in files}  # at 2048: the deepest measured, an upper bound
+    assert all(s["value"] == measured[r] and s["subset"] == "tg32@d512" and "measured at n_ctx 544, below the 2048 "
+               "tokens asked" in s["note"] for r, s in speeds.items())
     order = sorted(measured, key=measured.get)
     floor = (measured[order[0]] + measured[order[1]]) / 2
     cands = qfind.candidates(qfind.Spec(**{**sp.__dict__, "min_tps": floor}), infos, speeds)

@@ -62,6 +62,7 @@ NOT_METRICS = {
     "deviation_pct", "ours_tokens_per_s", "stderr_pct", "theirs_tokens_per_s", "tolerance_pct",
     # plan: the answer's JSON keys
     "actual_s", "discordance_pct", "discordance_upper_pct", "output_tokens", "predicted_s", "prompt_tokens",
+    "thinking_tokens",  # plan: a cost record's thinking tokens (the per-reply record's key, thinking.py)
     # find: the answer's JSON keys (its memory at the stated context)
     "predicted_bytes",
 }

@@ -279,13 +279,16 @@ def at_bpw(ladder: list[tuple[str, float, float]], bpw: float, *, higher_is_bett
 # ------------------------------------------------------------------------------------------ speed
 
 SPEED_METRIC = "tg_tokens_per_s"
+# the same test after D tokens in the cache (measures.speed.depths, llama-bench -d): n_ctx D + N
+SPEED_METRICS = (SPEED_METRIC, "tg_tokens_per_s_at_depth")
 
 
 def speed_at(rows: list[dict], ctx: int, parallel: int = 1) -> dict:
     """A point's generation speed for a user's context and concurrency, from its measured speed rows
     (plain records with ``value``, ``stderr``, ``n_ctx``, ``subset`` and, where the producer recorded
-    one, ``n_parallel``). llama-bench's tgN (quantladder.measures.speed) decodes one sequence from an
-    empty cache, so a row without ``n_parallel`` is one sequence at n_ctx N. The row is the one measured
+    one, ``n_parallel``: its ``SPEED_METRICS`` rows). llama-bench's tgN (quantladder.measures.speed)
+    decodes one sequence from an empty cache, so a row without ``n_parallel`` is one sequence at n_ctx N;
+    at a depth D (``tgN@dD``) at n_ctx D + N. The row is the one measured
     at that concurrency and at the context that covers ``ctx`` (the smallest n_ctx >= ctx), else the
     largest measured, said so: generation at a longer context reads a longer cache, so the figure is
     then an upper bound on the speed there. Returns ``{"value", "stderr", "n_ctx", "n_parallel", "note"}``

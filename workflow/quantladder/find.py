@@ -381,7 +381,7 @@ def inputs(sp: Spec, cfg: dict, card: str, root: str | Path = ".") -> tuple[dict
         speeds = {}
         for r in sp.rungs:
             doc = read_json(root / speed_file(sp, card, r))
-            rows = [x for x in doc.get("rows", []) if x.get("metric") == dv.SPEED_METRIC]
+            rows = [x for x in doc.get("rows", []) if x.get("metric") in dv.SPEED_METRICS]
             speeds[r] = (dv.speed_at(rows, sp.ctx, sp.parallel) if doc.get("status") not in qstatus.BAD else
                          {"value": None, "reason": f"its speed point is {doc.get('status')}: {doc.get('status_reason')}"})
     return infos, speeds, sources

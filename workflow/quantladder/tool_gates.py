@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from . import anchors, llama_tools
+from .measures import speed
 from .errors import QuantladderError
 
 NUM = r"([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
@@ -113,17 +114,20 @@ def perplexity_gate(cfg: dict, *, family: str, card_label: str, tools: dict, mod
 
 
 def llama_bench(exe: str, model: str, *, n_prompt: int, n_gen: int, reps: int, threads: int, flash_attn: bool,
-                n_batch: int, n_ubatch: int, gpu_layers: int = 0) -> dict:
+                n_batch: int, n_ubatch: int, gpu_layers: int = 0, depths: tuple[int, ...] = ()) -> dict:
+    """llama-bench's samples (tokens/s per repetition) by the harness's test key (speed.test_key: ``pp``,
+    ``tg``, ``pp@d4096`` ...): depth 0 and each of ``depths`` (``-d``)."""
     cmd = [exe, "-m", str(model), "-p", str(n_prompt), "-n", str(n_gen), "-r", str(reps), "-t", str(threads),
            "-fa", "1" if flash_attn else "0", "-b", str(n_batch), "-ub", str(n_ubatch), "-ngl", str(gpu_layers),
-           "-o", "json"]
+           "-d", ",".join(str(d) for d in (0, *depths)), "-o", "json"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise GateError(f"llama-bench failed (exit {r.returncode}):\n{r.stderr[-2000:]}")
     out = {}
     try:
         for t in json.loads(r.stdout):
-            out["pp" if t["n_prompt"] and not t["n_gen"] else "tg"] = [float(x) for x in t["samples_ts"]]
+            kind = "pp" if t["n_prompt"] and not t["n_gen"] else "tg"
+            out[speed.test_key(kind, int(t.get("n_depth") or 0))] = [float(x) for x in t["samples_ts"]]
     except (ValueError, KeyError) as e:
         raise GateError(f"llama-bench's JSON was not as expected ({e}):\n{r.stdout[-1000:]}") from e
     return out
@@ -131,31 +135,34 @@ def llama_bench(exe: str, model: str, *, n_prompt: int, n_gen: int, reps: int, t
 
 def speed_gate(cfg: dict, *, family: str, card_label: str, tools: dict, model: str, model_record: dict,
                threads: int, spec: str) -> dict:
-    from .measures import speed
-
     gate = anchors.tool_gate_settings(cfg, "speed")
     s = cfg["measures"]["speed"]
     kw = dict(n_prompt=int(s["n_prompt"]), n_gen=int(s["n_gen"]), threads=threads, flash_attn=_resolved_fa(cfg),
-              n_batch=int(s["n_batch"]), n_ubatch=int(s["n_ubatch"]), gpu_layers=int(cfg["gpu_layers"]))
+              n_batch=int(s["n_batch"]), n_ubatch=int(s["n_ubatch"]), gpu_layers=int(cfg["gpu_layers"]),
+              depths=tuple(int(d) for d in s["depths"]))
+    keys = [speed.test_key(kind, d) for d in (0, *kw["depths"]) for kind in ("pp", "tg")]
     # the validated config carries the schema's defaults: none is restated here (it fell back to 3
     # repetitions where the schema says 5)
     reps = int(s["repetitions"] if gate["repetitions"] is None else gate["repetitions"])
     exe = llama_tools.tool(tools, "llama-bench")
-    rounds = {"pp": ([], []), "tg": ([], [])}  # (ours, theirs) per-round means
+    rounds = {key: ([], []) for key in keys}  # (ours, theirs) per-round means
     for _ in range(int(gate["rounds"])):  # interleaved: llama-bench, then the harness, each round
         lb = llama_bench(exe, model, reps=reps, **kw)
         ql = speed.measure(str(model), n_prompt=kw["n_prompt"], n_gen=kw["n_gen"], repetitions=reps,
-                           n_batch=kw["n_batch"], n_ubatch=kw["n_ubatch"], n_threads=threads, kv="f16",
-                           n_gpu_layers=kw["gpu_layers"], flash_attn=kw["flash_attn"])
+                           depths=kw["depths"], n_batch=kw["n_batch"], n_ubatch=kw["n_ubatch"], n_threads=threads,
+                           kv="f16", n_gpu_layers=kw["gpu_layers"], flash_attn=kw["flash_attn"])
         for key in rounds:
             if key in ql and key in lb:
                 rounds[key][0].append(statistics.fmean(ql[key]["tokens_per_s"]))
                 rounds[key][1].append(statistics.fmean(lb[key]))
     tests = []
-    for key, n in (("pp", kw["n_prompt"]), ("tg", kw["n_gen"])):
+    for key in keys:
         ours, theirs = rounds[key]
+        kind, _, depth = key.partition("@")
+        n = kw["n_prompt"] if kind == "pp" else kw["n_gen"]
         if ours:
-            tests.append(anchors.judge_speed(ours, theirs, float(gate["tolerance_pct"]), f"{key}{n}"))
+            tests.append(anchors.judge_speed(ours, theirs, float(gate["tolerance_pct"]),
+                                             f"{kind}{n}" + (f"@{depth}" if depth else "")))
     doc = _base(cfg, "speed", family, card_label, tools, model, model_record, spec)
     doc["against"]["settings"] = {**kw, "repetitions": reps, "rounds": int(gate["rounds"])}
     failed = [t for t in tests if t["status"] == "failed"]

@@ -1,10 +1,13 @@
 """Prompt-processing and generation speed with llama-bench's protocol.
 
-llama-bench (llama.cpp tools/llama-bench): each test gets a context of n_prompt + n_gen tokens;
-one warm-up run (a prompt of n_prompt tokens, one generated token), then per repetition the
-memory is cleared and the timed part runs: pp = n_prompt random tokens decoded in n_batch pieces
-(the first is BOS when the vocab adds one); tg = n_gen single-token decodes. Reported:
-tokens/s = n_tokens / t per repetition, mean ± sd over repetitions.
+llama-bench (llama.cpp tools/llama-bench): each test gets a context of n_prompt + n_gen + n_depth
+tokens; one warm-up run (a prompt of n_prompt tokens, one generated token), then per repetition the
+memory is cleared, n_depth random tokens are decoded untimed (``-d``: the cache a user at that context
+has; llama-bench restores its state after the first, the same cells), and the timed part runs after
+them: pp = n_prompt random tokens decoded in n_batch pieces (the first is BOS when the vocab adds
+one); tg = n_gen single-token decodes. Reported: tokens/s = n_tokens / t per repetition, mean ± sd
+over repetitions, as ``pp512`` / ``tg128`` and, at a depth, ``pp512@d4096`` / ``tg128@d4096``
+(llama-bench prints "tg128 @ d4096").
 """
 
 from __future__ import annotations
@@ -34,18 +37,26 @@ declare_figures(
            higher_is_better=True, stderr="sd", whole="only", headline_for=(NAME,)),
     Metric("tg_tokens_per_s", "tokens/s", "generation (llama-bench's tgN test: N single-token decodes)", (NAME,),
            higher_is_better=True, stderr="sd", whole="only", headline_for=(NAME,), pareto_cost=1),
+    # at a context (measures.speed.depths): what a user with that many tokens in the cache gets
+    Metric("pp_tokens_per_s_at_depth", "tokens/s", "prompt processing after D tokens already in the cache "
+           "(llama-bench -d D; subset ppN@dD, n_ctx D + N)", (NAME,), higher_is_better=True, stderr="sd",
+           whole="none"),
+    Metric("tg_tokens_per_s_at_depth", "tokens/s", "generation after D tokens already in the cache (llama-bench "
+           "-d D; subset tgN@dD, n_ctx D + N): the speed a user at that context gets", (NAME,),
+           higher_is_better=True, stderr="sd", whole="none"),
 )
 
 
-def bench_prompt(ctx, n_tokens: int, n_batch: int, rng) -> None:
-    """llama-bench's test_prompt: ``n_tokens`` random tokens decoded in ``n_batch`` pieces."""
+def bench_prompt(ctx, n_tokens: int, n_batch: int, rng, start_pos: int = 0) -> None:
+    """llama-bench's test_prompt: ``n_tokens`` random tokens decoded in ``n_batch`` pieces, from position
+    ``start_pos`` (after a depth's tokens); the first is BOS when the vocab adds one, as each call's is."""
     done = 0
     while done < n_tokens:
         n = min(n_batch, n_tokens - done)
         toks = rng.integers(0, ctx.n_vocab, size=n, dtype=np.int32)
         if done == 0 and ctx.add_bos:
             toks[0] = ctx.bos
-        pos = np.arange(done, done + n, dtype=np.int32)
+        pos = np.arange(start_pos + done, start_pos + done + n, dtype=np.int32)
         mask = np.zeros(n, dtype=np.int8)
         mask[-1] = 1
         ctx.decode(toks, pos, np.zeros(n, dtype=np.int32), mask)
@@ -66,12 +77,13 @@ def bench_gen(ctx, n_tokens: int, start_pos: int, rng) -> None:
 
 def run_test(model_path: str, *, n_prompt: int, n_gen: int, repetitions: int, n_batch: int = 2048,
              n_ubatch: int = 512, n_threads: int = 0, kv: str = "f16", n_gpu_layers: int = 0,
-             flash_attn: bool | None = None, seed: int = 0) -> dict:
-    """One llama-bench test (pp when n_gen == 0, tg when n_prompt == 0); returns per-rep tokens/s."""
+             flash_attn: bool | None = None, seed: int = 0, n_depth: int = 0) -> dict:
+    """One llama-bench test (pp when n_gen == 0, tg when n_prompt == 0), after ``n_depth`` tokens in the
+    cache (decoded again, untimed, before each repetition); returns per-rep tokens/s."""
     from ..engine import RawContext
 
     rng = np.random.default_rng(seed)
-    with RawContext(model_path, n_ctx=n_prompt + n_gen, n_batch=n_batch, n_ubatch=n_ubatch, kv=kv,
+    with RawContext(model_path, n_ctx=n_prompt + n_gen + n_depth, n_batch=n_batch, n_ubatch=n_ubatch, kv=kv,
                     n_threads=n_threads, n_gpu_layers=n_gpu_layers, flash_attn=flash_attn) as ctx:
         if n_prompt:
             bench_prompt(ctx, n_prompt, n_batch, rng)
@@ -80,38 +92,54 @@ def run_test(model_path: str, *, n_prompt: int, n_gen: int, repetitions: int, n_
         samples = []
         for _ in range(repetitions):
             ctx.clear()
+            if n_depth:
+                bench_prompt(ctx, n_depth, n_batch, rng)
             t0 = time.perf_counter_ns()
             if n_prompt:
-                bench_prompt(ctx, n_prompt, n_batch, rng)
+                bench_prompt(ctx, n_prompt, n_batch, rng, start_pos=n_depth)
             if n_gen:
-                bench_gen(ctx, n_gen, n_prompt, rng)
+                bench_gen(ctx, n_gen, n_depth + n_prompt, rng)
             samples.append(time.perf_counter_ns() - t0)
         resolved = ctx.resolved
     n_tok = n_prompt + n_gen
     ts = [n_tok * 1e9 / s for s in samples]
     mean = sum(ts) / len(ts)
     sd = math.sqrt(sum((x - mean) ** 2 for x in ts) / (len(ts) - 1)) if len(ts) > 1 else float("nan")
-    return {"n_prompt": n_prompt, "n_gen": n_gen, "repetitions": repetitions, "tokens_per_s": ts,
+    return {"n_prompt": n_prompt, "n_gen": n_gen, "n_depth": n_depth, "repetitions": repetitions, "tokens_per_s": ts,
             "mean_tokens_per_s": mean, "sd_tokens_per_s": sd, "samples_ns": samples,
             "engine": {k: resolved[k] for k in ("n_threads", "type_k", "type_v", "flash_attn", "n_batch", "n_ubatch", "n_gpu_layers")}}
 
 
-def measure(model_path: str, *, n_prompt: int = 512, n_gen: int = 128, repetitions: int = 5, **kw) -> dict:
+def test_key(kind: str, depth: int = 0) -> str:
+    """A test's key in :func:`measure`'s result: ``pp``/``tg``, and ``pp@d4096``/``tg@d4096`` at a depth."""
+    return f"{kind}@d{depth}" if depth else kind
+
+
+def measure(model_path: str, *, n_prompt: int = 512, n_gen: int = 128, repetitions: int = 5,
+            depths: tuple[int, ...] | list[int] = (), **kw) -> dict:
+    """pp and tg from an empty cache, then at each of ``depths`` (llama-bench ``-d``), in that order."""
     out = {}
-    if n_prompt:
-        out["pp"] = run_test(model_path, n_prompt=n_prompt, n_gen=0, repetitions=repetitions, **kw)
-    if n_gen:
-        out["tg"] = run_test(model_path, n_prompt=0, n_gen=n_gen, repetitions=repetitions, **kw)
+    for depth in (0, *[int(d) for d in depths if int(d) > 0]):
+        if n_prompt:
+            out[test_key("pp", depth)] = run_test(model_path, n_prompt=n_prompt, n_gen=0, repetitions=repetitions,
+                                                  n_depth=depth, **kw)
+        if n_gen:
+            out[test_key("tg", depth)] = run_test(model_path, n_prompt=0, n_gen=n_gen, repetitions=repetitions,
+                                                  n_depth=depth, **kw)
     return out
 
 
 def metric_rows(result: dict) -> list[dict]:
-    """Rows: pp{N}/tg{N} tokens/s, mean with the sd over repetitions in `stderr` (as llama-bench prints)."""
+    """Rows: pp{N}/tg{N} tokens/s, mean with the sd over repetitions in `stderr` (as llama-bench prints),
+    n_ctx the tokens the test's context held at its end; at a depth D, ``..._at_depth`` with subset
+    ``ppN@dD`` / ``tgN@dD``."""
     rows = []
-    for key, metric in (("pp", "pp_tokens_per_s"), ("tg", "tg_tokens_per_s")):
-        if key in result:
-            r = result[key]
-            n = r["n_prompt"] or r["n_gen"]
-            rows.append(row(metric, r["mean_tokens_per_s"], unit="tokens/s", stderr=r["sd_tokens_per_s"],
-                            n=r["repetitions"], subset=f"{key}{n}", n_ctx=r["n_prompt"] + r["n_gen"]))
+    for key, r in result.items():
+        kind = key.split("@")[0]
+        n = r["n_prompt"] or r["n_gen"]
+        depth = int(r.get("n_depth") or 0)
+        metric = f"{kind}_tokens_per_s" + ("_at_depth" if depth else "")
+        rows.append(row(metric, r["mean_tokens_per_s"], unit="tokens/s", stderr=r["sd_tokens_per_s"],
+                        n=r["repetitions"], subset=f"{kind}{n}" + (f"@d{depth}" if depth else ""),
+                        n_ctx=depth + r["n_prompt"] + r["n_gen"]))
     return rows
