@@ -8,7 +8,7 @@ same items; the file's sha256 enters each point's manifest.
 import json
 import logging
 
-from quantladder import benchmarks
+from quantladder import benchmarks, reasoning
 from quantladder.io import JsonlFile, read_json, sha256_file, write_json
 from quantladder.scriptutil import main, mock_from_argv
 
@@ -20,8 +20,11 @@ def run(smk):
     source = read_json(smk.input.source)
     bench.verify_source(source, str(smk.input.source))
     log = logging.getLogger(f"quantladder.{task}")
-    items, facts = bench.build_items(source, reference_gguf=str(smk.input.gguf),
-                                     family=smk.config["families"][family], threads=smk.threads, log=log)
+    # the family as its replies are made: the run's reasoning keys with its own over them (RULER's room
+    # for the thinking), as the items key holds them (manifest.items_key)
+    fam = {**smk.config["families"][family], "reasoning": reasoning.items_reasoning(smk.config, family)}
+    items, facts = bench.build_items(source, reference_gguf=str(smk.input.gguf), family=fam, threads=smk.threads,
+                                     log=log)
     ids = [it.id for it in items]
     if len(set(ids)) != len(ids):
         raise ValueError(f"{task}: item ids are not unique")

@@ -125,3 +125,29 @@ def test_the_job_renders_with_its_own_settings(made, bench, cfg, thinking_gguf):
     assert recs[0]["thinking_end"] is None and recs[0]["thinking_tokens"] == 0
     assert recs[0]["answer"] == recs[0]["text"]
     assert build.thinking_room(None) == 0
+
+
+def test_the_items_key_follows_the_reasoning_the_items_are_fitted_to(cfg):
+    """A thinking family's RULER items keep room for its thinking, so the budget its replies are made with
+    (the run's generation keys, the family's own over them) is in its items key: a change builds them again
+    rather than leaving items fitted to the old budget; a family that cannot think keeps its key."""
+    import copy
+
+    from quantladder import manifest
+
+    def key(c, fam):
+        return manifest.items_key(c, fam, "ruler")
+
+    base = key(cfg, FAMILY)
+    other = copy.deepcopy(cfg)
+    other["families"][FAMILY]["reasoning"]["reasoning_budget"] = 64
+    assert key(other, FAMILY) != base
+    assert R.items_reasoning(other, FAMILY) == {"reasoning": "on", "reasoning_budget": 64}
+    # the run's budget reaches a family that sets none of its own; the family's own wins where it sets one
+    run = copy.deepcopy(cfg)
+    del run["families"][FAMILY]["reasoning"]["reasoning_budget"]
+    run["generation"]["reasoning_budget"] = 16
+    assert R.items_reasoning(run, FAMILY) == {"reasoning": "on", "reasoning_budget": 16}
+    assert key(run, FAMILY) not in (base, key(other, FAMILY))
+    plain = "smollm2-135m-instruct"
+    assert R.items_reasoning(cfg, plain) == {} and key(other, plain) == key(cfg, plain)

@@ -33,7 +33,7 @@ from . import config as qconfig
 from .generation_policy import GenerationPolicy
 from .io import hash_obj
 from .kv_policy import parse_kv
-from .reasoning import RENDERER_VERSION
+from .reasoning import RENDERER_VERSION, items_reasoning
 
 GREEDY = {"temperature": 0.0, "top_k": 1, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0, "seed": 0}
 KEY_LEN = 16
@@ -132,6 +132,13 @@ def items_key(cfg: dict, family: str, benchmark: str) -> str:
     if b.per_family_items:
         fam = cfg["families"][family]
         obj["family"] = {"source": fam["source"], "sha256": fam.get("sha256"), "chat": fam["chat"]}
+        if fam["chat"]:  # the items are fitted to the template's rendering: how it renders, and what
+            obj["family"]["renderer"] = RENDERER_VERSION
+            if fam.get("chat_template"):  # families.<f>.chat_template: the template written into its copy
+                obj["family"]["chat_template"] = fam["chat_template"]
+            thinking = items_reasoning(cfg, family)
+            if thinking:  # the room RULER keeps for the thinking (reasoning.items_reasoning)
+                obj["family"]["reasoning"] = thinking
     return _key(obj)
 
 

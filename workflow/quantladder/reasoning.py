@@ -846,6 +846,15 @@ def family_generation(cfg: dict, family: str | None) -> dict:
     return g
 
 
+def items_reasoning(cfg: dict, family: str) -> dict:
+    """The reasoning keys a family's items are built with (RULER keeps room in each item for the
+    thinking): the run's with the family's own over them, as its replies are made (:func:`family_generation`),
+    only the keys set. The items job reads them and the items key holds them, so changing the run's
+    budget builds the items again rather than leaving them fitted to the old one."""
+    g = family_generation(cfg, family)
+    return {k: g[k] for k in KEYS if g.get(k) is not None}
+
+
 def is_set(cfg: dict, family: str | None = None) -> bool:
     """Whether the config sets any reasoning key (or, with ``family``, names the family's format or
     sets its own keys): only then do the settings enter a point's generation key and refuse what a
