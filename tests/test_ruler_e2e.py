@@ -48,7 +48,7 @@ def test_ruler_point_end_to_end(tmp_path, smollm_q8, bench, items, kv, repo_root
     """Items in the model's own tokens -> the one loop (each length its own context, the point's KV
     types: the KV cross of config/full.yaml) -> the one score stage -> rows -> metrics.json."""
     its, source, facts = items
-    cfg = yaml.safe_load((repo_root / "config" / "config.yaml").read_text())
+    cfg = qconfig.load(repo_root / "config" / "config.yaml")  # validated, as a run's: the schema's defaults filled
     cfg["card"] = "test-card"
     cfg["kv_types"] = ["f16", "q8_0", "q4_0"]
     pt = _point(cfg, smollm_q8, kv)
