@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, NamedTuple, Sequence
 
 from .errors import ConfigError
-from .family_section import family_settings
+from .schemas import family_settings
 
 # -- formats ---------------------------------------------------------------------------------------
 

@@ -82,6 +82,15 @@ def filled(path: Path, section: dict | None, *keys: str) -> dict:
     return _fill(schema, node, section or {})
 
 
+def family_settings(family: dict | None) -> dict:
+    """A copy of a ``families.<f>`` entry with the config schema's defaults filled in (``chat``,
+    ``enabled``, ``reference``, ...): for code that also meets a partial family (an anchors entry's
+    ``{"chat": ...}``, a benchmark built outside a run, a test's ``{}``) instead of a default of its own;
+    validation errors (a missing ``source``) are left to validation. Filled as a whole config's would be
+    (the entry's $refs point into the config schema's root)."""
+    return filled(SCHEMA_PATH, {"families": {"_": family or {}}})["families"]["_"]
+
+
 def filled_def(path: Path, name: str, value: dict) -> dict:
     """A copy of ``value`` with the defaults of the schema's ``$defs/<name>`` (or ``definitions/<name>``)
     filled in, nested ones too (``filled_def(ANCHORS_SCHEMA_PATH, "entry", e)``: an anchors file's entry;

@@ -12,7 +12,6 @@ from __future__ import annotations
 from ... import metrics, reasoning, schemas
 from ...engine import Engine, EngineSettings
 from ...errors import ConfigError
-from ...family_section import family_settings
 from ...gguf_meta import read_info
 from ...io import hash_obj, sha256_file
 from ...loops import repeated_ngram_share
@@ -103,7 +102,7 @@ class Ruler(Benchmark):
         words = haystack.word_lists()
         essay = haystack.essay_words(haystack.load_text_source(s["essay"])) if source.get("essay_source") else None
         qa_data = {name: ruler_qa.load(name, rec["source"])[0] for name, rec in source.get("qa", {}).items()}
-        chat = bool(family_settings(family)["chat"])
+        chat = bool(schemas.family_settings(family)["chat"])
         # Only the tokenizer and chat template are used: a small context, no GPU.
         with Engine(reference_gguf, EngineSettings(n_ctx=512, n_gpu_layers=0, n_threads=threads)) as eng:
             if chat:  # the family's own reasoning keys (families.<f>.reasoning) for the thinking's room

@@ -21,8 +21,8 @@ from functools import cached_property
 
 from ... import metrics
 from ...errors import DataError
-from ...family_section import family_settings
 from ...metrics import Metric
+from ...schemas import family_settings
 from ..base import Benchmark, Item, data_path
 from . import checks as C
 from . import taskfile
