@@ -31,7 +31,7 @@ import template_parity as TP  # noqa: E402
 PLAIN_SAMPLE = ("Qwen-Qwen2.5-7B-Instruct", "meta-llama-Llama-3.2-3B-Instruct", "microsoft-Phi-3.5-mini-instruct",
                 "google-gemma-2-2b-it", "NousResearch-Hermes-3-Llama-3.1-8B-tool_use", "Kimi-K3",
                 "meta-llama-Llama-3.1-8B-Instruct", "unsloth-mistral-Devstral-Small-2507")
-TOOL_REFUSAL = "tools, tool calls or tool results"
+TOOL_REFUSAL = "tools or tool calls"
 
 
 @pytest.fixture(scope="module")
@@ -215,3 +215,36 @@ def test_engine_chat_prompt_renders_a_family_that_cannot_think_as_the_server(smo
     with Engine(str(dated), EngineSettings(n_ctx=256, n_threads=1)) as eng:
         with pytest.raises(R.ConfigError, match=r"smollm2-llama31\.gguf: its chat template reads date_string"):
             eng.chat_prompt([{"role": "user", "content": "Hi"}])
+
+
+def test_tool_results_render_as_the_server_passes_them(smollm_source, templates, server_exe, tmp_path):
+    """BFCL's multi-turn items feed each step's executions back as ``role: tool`` messages (a name and the
+    result as text, no tool call: the calls are in the assistant's text). The server hands them to the
+    template as it rebuilds any message (role, content, name, tool_call_id), so the engine's prompt
+    equals the server's for SmolLM2's own template and for two others that render tool results; a
+    template whose handler rewrites tool results (DeepSeek's DSML one) is refused for them."""
+    import provenance_util
+
+    conv = [{"role": "system", "content": "You are an expert in composing functions."},
+            {"role": "user", "content": "Move file a.txt to dir b."},
+            {"role": "assistant", "content": "[mv(source='a.txt', destination='b')]"},
+            {"role": "tool", "name": "mv(source='a.txt', destination='b')", "content": "{'result': 'moved'}"},
+            {"role": "user", "content": "Now list dir b."}]
+    cases = {"own": None, "qwen2.5": "Qwen-Qwen2.5-7B-Instruct", "hermes3": "NousResearch-Hermes-3-Llama-3.1-8B-tool_use"}
+    for label, name in cases.items():
+        path = smollm_source if name is None else provenance_util.mutate(
+            smollm_source, tmp_path / f"{label}.gguf", {"tokenizer.chat_template": templates[name].read_text()})
+        cfg = {"generation": {}, "families": {"f": {"source": {"path": str(path)}}}}
+        with Engine(str(path), EngineSettings(n_ctx=256, n_threads=1)) as eng:
+            eng.reasoning = R.setup_for(cfg, "f", eng.chat_template)
+            ours = eng.chat_prompt(copy.deepcopy(conv))
+            tpl = tmp_path / f"{label}.jinja"
+            tpl.write_text(eng.chat_template)
+        assert "{'result': 'moved'}" in ours, label
+        with TP.Server(server_exe, path, tpl, tmp_path / f"{label}.log") as server:
+            ok, want = server.apply({"messages": conv})
+        assert ok and ours == want, (label, TP.first_difference(want, ours))
+    deepseek = templates["deepseek-ai-DeepSeek-V4"].read_text()
+    assert R.server_handler(deepseek) == "deepseek_v3_2"  # the server's DSML handler, which rewrites tool results
+    with pytest.raises(R.ConfigError, match="rewrites them"):
+        R.render(R.formatter(deepseek, "<bos>", "<eos>", True), deepseek, conv)

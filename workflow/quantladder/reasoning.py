@@ -371,8 +371,8 @@ def server_messages(template: str, messages: Sequence[dict], system_role: bool =
 
     - each message as the server rebuilds it from the request (common/chat.cpp
       ``common_chat_msg::to_json_oaicompat``): ``role``, ``content`` (``""`` for none), and
-      ``reasoning_content`` only when not empty; StepFun's contents and reasoning trimmed
-      (``trim_all_content``, on its template's text);
+      ``reasoning_content``, a tool result's ``name`` and ``tool_call_id`` only when not empty;
+      StepFun's contents and reasoning trimmed (``trim_all_content``, on its template's text);
     - ``developer`` as ``system``, except for gpt-oss (``map_developer_role_to_system``);
     - a leading system message merged into the next one (``system + "\\n" + content``), or dropped
       when alone, where the template has no system role (``system_message_not_supported``);
@@ -380,7 +380,8 @@ def server_messages(template: str, messages: Sequence[dict], system_role: bool =
       ``thinking`` (common/parsers/gpt-oss.cpp, lfm2.cpp), Ministral 3's system and assistant
       contents become blocks, a ``thinking`` one first (common/parsers/ministral3.cpp).
 
-    Tool calls and tool results are not rendered here (:func:`render` refuses them)."""
+    Tool calls are not rendered here (:func:`render` refuses them), nor the tool results of the
+    handlers that rewrite them (:data:`_TOOL_RESULT_REWRITES`)."""
     trim = "You have access to the following functions in JSONSchema format" in template
     out: list[dict] = []
     for m in messages:
@@ -393,6 +394,9 @@ def server_messages(template: str, messages: Sequence[dict], system_role: bool =
             reasoning = reasoning.strip(_WS)
         if reasoning:
             msg["reasoning_content"] = reasoning
+        for key in ("name", "tool_call_id"):  # a tool result's, as the server keeps them
+            if isinstance(m.get(key), str) and m[key]:
+                msg[key] = m[key]
         out.append(msg)
     handler = server_handler(template)
     if "<|channel|>" not in template:
@@ -431,26 +435,38 @@ def formatter(template: str, bos_token: str, eos_token: str, add_generation_prom
                                eos_token=eos_token, add_generation_prompt=add_generation_prompt)
 
 
+# The specialised handlers that rewrite tool results before the template sees them (an older Gemma 4
+# template's results folded into the assistant turn: common/parsers/gemma4.cpp; DeepSeek's DSML ones:
+# common/parsers/deepseek-v3-2.cpp): a tool result for these is refused. Every other template gets the
+# tool results as sent, rebuilt as the server rebuilds a message (:func:`server_messages`).
+_TOOL_RESULT_REWRITES = ("gemma4", "deepseek_v3_2")
+
+
 def render(fmt, template: str, messages: Sequence[dict], kwargs: dict | None = None, *, add_bos: bool = False,
            add_eos: bool = False) -> str:
     """One rendering on the generation path (``Engine.chat_prompt``), as llama-server renders it, for
     every family: the messages as it rewrites them (:func:`server_messages`) and its context (the
     kwargs: :func:`template_kwargs` of the family's settings; llama-server passes them to every
     template, one that cannot think included). ``fmt``: :func:`formatter` of ``template``. A template
-    the server renders otherwise (:func:`server_refusal`) is refused. Tool calls, tool results and
-    ``tools`` are refused: the server rewrites them per template capability (string arguments parsed
-    to objects where the template takes objects, Gemma 4's and DeepSeek V4's tool-result rewrites)
-    and its Jinja engine has what jinja2 lacks (``from_json``, a list's ``append``); no exam passes
-    them. ``add_bos`` / ``add_eos``: the vocabulary adds BOS / EOS itself, and the server then cuts a
+    the server renders otherwise (:func:`server_refusal`) is refused. Tool calls and ``tools`` are
+    refused: the server rewrites them per template capability (string arguments parsed to objects
+    where the template takes objects) and its Jinja engine has what jinja2 lacks (``from_json``, a
+    list's ``append``); no exam passes them. Tool results (``role: tool``, BFCL's multi-turn
+    executions) go through as the server passes them, but for the handlers that rewrite them
+    (:data:`_TOOL_RESULT_REWRITES`), which are refused. ``add_bos`` / ``add_eos``: the vocabulary adds BOS / EOS itself, and the server then cuts a
     leading BOS text / a trailing EOS text off the rendering (the tokens are the same: the engine
     adds no second BOS)."""
     kwargs = dict(kwargs or {})
     why = server_refusal(template)
     if why:
         raise ConfigError(why)
-    if "tools" in kwargs or any(m.get("tool_calls") or m.get("role") == "tool" for m in messages):
-        raise ConfigError("a chat prompt with tools, tool calls or tool results: quantladder does not render them as "
-                          "llama-server does (docs/thinking.md, 'Rendering parity with llama-server')")
+    if "tools" in kwargs or any(m.get("tool_calls") for m in messages):
+        raise ConfigError("a chat prompt with tools or tool calls: quantladder does not render them as llama-server "
+                          "does (docs/thinking.md, 'Rendering parity with llama-server')")
+    if any(m.get("role") == "tool" for m in messages) and server_handler(template) in _TOOL_RESULT_REWRITES:
+        raise ConfigError(f"a chat prompt with tool results, for a template llama-server gives its "
+                          f"{server_handler(template)} handler, which rewrites them: quantladder does not render "
+                          "them as the server does (docs/thinking.md, 'Rendering parity with llama-server')")
     msgs = server_messages(template, messages, supports_system_role(fmt, template))
     text = render_context(fmt, msgs, kwargs)
     if add_bos and fmt.bos_token and text.startswith(fmt.bos_token):
