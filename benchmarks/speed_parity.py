@@ -8,6 +8,12 @@ repetition of every round is pooled: on a shared vCPU the run-to-run drift is as
 differences being measured, so one back-to-back pair says little.
 
     .venv/bin/python benchmarks/speed_parity.py --rungs Q8_0 Q4_K_M --reps 5 --rounds 3
+
+``--depth D`` runs both sides after D tokens in the cache (llama-bench ``-d D``: measures.speed.depths).
+``--parallel B ...`` compares the speed measure's tg at B sequences together (``speed.run_parallel``:
+measures.speed.parallel) with llama-batched-bench ``-npl B -npp D -ntg N`` (split KV streams of D + N
+cells each, built like the workflow's tools: quantladder.llama_tools.extra_tool), S_TG = B·N / t_TG on
+both sides; D is ``--depth`` (at least 1: llama-batched-bench decodes a prompt).
 """
 
 from __future__ import annotations
@@ -24,9 +30,9 @@ from _common import REPO, embedded_ladder, fmt_table, mean_sd, tool
 from quantladder.measures import speed
 
 
-def llama_bench(exe, model, n_prompt, n_gen, reps, threads, fa):
+def llama_bench(exe, model, n_prompt, n_gen, reps, threads, fa, depth=0):
     cmd = [exe, "-m", str(model), "-p", str(n_prompt), "-n", str(n_gen), "-r", str(reps), "-t", str(threads),
-           "-fa", "1" if fa == "on" else "0", "-o", "json"]
+           "-fa", "1" if fa == "on" else "0", "-d", str(depth), "-o", "json"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"llama-bench failed:\n{r.stderr[-3000:]}")
@@ -48,23 +54,45 @@ def main():
     ap.add_argument("--gpu-layers", type=int, default=0)
     ap.add_argument("--flash-attn", choices=["on", "off"], default="off")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of both sides (samples pooled)")
+    ap.add_argument("--depth", type=int, default=0, help="tokens in the cache before each test (llama-bench -d)")
+    ap.add_argument("--parallel", type=int, nargs="*", default=[],
+                    help="also tg at B sequences together beside llama-batched-bench -npl B")
     ap.add_argument("--tools-dir")
     ap.add_argument("--workdir", default=str(REPO / "build" / "parity"))
     a = ap.parse_args()
     exe = tool("llama-bench", a.tools_dir)
     files = {Path(m).stem: Path(m) for m in a.models} if a.models else embedded_ladder(a.rungs, Path(a.workdir) / "models")
     rows = []
+    at = f"@d{a.depth}" if a.depth else ""
+    bb = None
+    if a.parallel:
+        from gen_throughput import batched_bench, batched_bench_exe
+
+        bb = batched_bench_exe(a.tools_dir)
+        if a.depth < 1:
+            raise SystemExit("--parallel needs --depth >= 1 (llama-batched-bench decodes a prompt of that length)")
     for name, path in files.items():
-        lb = {"pp": [], "tg": []}
-        ql = {"pp": [], "tg": []}
+        lb = {"pp": [], "tg": [], **{f"x{b}": [] for b in a.parallel}}
+        ql = {"pp": [], "tg": [], **{f"x{b}": [] for b in a.parallel}}
         for _ in range(a.rounds):
-            for k, v in llama_bench(exe, path, a.n_prompt, a.n_gen, a.reps, a.threads, a.flash_attn).items():
+            for k, v in llama_bench(exe, path, a.n_prompt, a.n_gen, a.reps, a.threads, a.flash_attn, a.depth).items():
                 lb[k] += v
             r = speed.measure(str(path), n_prompt=a.n_prompt, n_gen=a.n_gen, repetitions=a.reps, n_threads=a.threads,
-                              n_gpu_layers=a.gpu_layers, flash_attn=a.flash_attn == "on")
-            for k in r:
-                ql[k] += r[k]["tokens_per_s"]
-        for key, label in (("pp", f"pp{a.n_prompt}"), ("tg", f"tg{a.n_gen}")):
+                              n_gpu_layers=a.gpu_layers, flash_attn=a.flash_attn == "on",
+                              depths=[a.depth] if a.depth else [])
+            for k, res in r.items():  # the tests at the depth llama-bench ran (the empty cache's only without one)
+                if ("@" in k) == bool(a.depth):
+                    ql[k.split("@")[0]] += res["tokens_per_s"]
+            for b in a.parallel:  # S_TG of the whole batch on both sides, one run of reps each
+                lb[f"x{b}"].append(batched_bench(bb, path, pp=a.depth, tg=a.n_gen, pl=b, n_ctx_seq=a.depth + a.n_gen,
+                                                 threads=a.threads, fa=a.flash_attn, n_batch=2048, n_ubatch=512,
+                                                 gpu_layers=a.gpu_layers)["s_tg"])
+                q = speed.run_parallel(str(path), n_gen=a.n_gen, n_parallel=b, repetitions=a.reps, n_depth=a.depth,
+                                       n_threads=a.threads, n_gpu_layers=a.gpu_layers, flash_attn=a.flash_attn == "on")
+                ql[f"x{b}"].append(float(np.mean(q["batch_tokens_per_s"])))
+        tests = [("pp", f"pp{a.n_prompt}{at}"), ("tg", f"tg{a.n_gen}{at}")]
+        tests += [(f"x{b}", f"tg{a.n_gen}@d{a.depth}x{b} (S_TG)") for b in a.parallel]
+        for key, label in tests:
             if not ql[key]:
                 continue
             qm, qs, qn = mean_sd(ql[key])
@@ -77,7 +105,8 @@ def main():
     print(f"threads {a.threads}, flash attention {a.flash_attn}, {a.rounds} interleaved rounds x {a.reps} "
           "repetitions per side (tokens/s: mean ± sd over all repetitions; Δ: difference of the means ± its "
           "standard error)")
-    print(fmt_table(["model", "test", "quantladder tokens/s", "llama-bench tokens/s", "Δ of means"], rows))
+    print(fmt_table(["model", "test", "quantladder tokens/s", "llama-bench / llama-batched-bench tokens/s",
+                     "Δ of means"], rows))
 
 
 if __name__ == "__main__":

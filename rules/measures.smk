@@ -93,9 +93,12 @@ rule speed:
         gpu=qres.gpus("speed"),
         mem_mb=qres.mem_mb(
             "inference",
-            n_ctx=config["measures"]["speed"]["n_prompt"]
-            + config["measures"]["speed"]["n_gen"]
-            + max(config["measures"]["speed"]["depths"], default=0),
+            n_ctx=(
+                config["measures"]["speed"]["n_prompt"]
+                + config["measures"]["speed"]["n_gen"]
+                + max(config["measures"]["speed"]["depths"], default=0)
+            )
+            * max(config["measures"]["speed"]["parallel"], default=1),
         ),
         runtime=qres.runtime_min("speed", config),
     params:

@@ -12,7 +12,7 @@ def run(smk):
         return
     s = smk.config["measures"]["speed"]
     res = speed.measure(pt.model_path, n_prompt=s["n_prompt"], n_gen=s["n_gen"], repetitions=s["repetitions"],
-                        depths=s["depths"], n_batch=s["n_batch"], n_ubatch=s["n_ubatch"], n_threads=pt.threads, kv=pt.kv,
+                        depths=s["depths"], parallel=s["parallel"], n_batch=s["n_batch"], n_ubatch=s["n_ubatch"], n_threads=pt.threads, kv=pt.kv,
                         n_gpu_layers=pt.config["gpu_layers"], flash_attn=pt.config.get("flash_attn"))
     engine = next(iter(res.values()))["engine"] if res else {}
     pt.write_metrics(smk.output.metrics, speed.metric_rows(res), engine=engine, extra={"raw": res})

@@ -63,7 +63,7 @@ def _rows_for(tmp_path, cfg, rung, record, *, drop_model_keys=()) -> dict:
                          library={})
     for k in drop_model_keys:  # a manifest written before the key was recorded
         man["model"].pop(k)
-    spd = {"tg": {"n_prompt": 0, "n_gen": 16, "repetitions": 3, "mean_tokens_per_s": 10.0, "sd_tokens_per_s": 1.0}}
+    spd = {"tg": {"n_prompt": 0, "n_gen": 16, "n_depth": 0, "n_parallel": 1, "repetitions": 3, "mean_tokens_per_s": 10.0, "sd_tokens_per_s": 1.0}}
     d = tmp_path / rung
     d.mkdir()
     write_json(d / "metrics.json", {"benchmark": "speed", "status": "ok", "rows": speed.metric_rows(spd), "manifest": man})
@@ -73,7 +73,7 @@ def _rows_for(tmp_path, cfg, rung, record, *, drop_model_keys=()) -> dict:
 def test_a_matrix_made_elsewhere_a_nameless_recipe_and_unknown_mixes(tmp_path):
     cfg = schemas.filled(schemas.SCHEMA_PATH, {  # as a run's validation fills it
            "card": "auto", "gpu_layers": 0, "flash_attn": None, "kv_types": ["f16"], "quantize": {}, "corpora": {},
-           "measures": {"speed": {"n_prompt": 16, "n_gen": 16, "repetitions": 3}},
+           "measures": {"speed": {"n_prompt": 16, "n_gen": 16, "n_depth": 0, "n_parallel": 1, "repetitions": 3}},
            "families": {"f": {"source": {"path": "/m.gguf"}, "reference": "F16", "rungs": ["NVFP4", "Q4_K_M-ext"],
                               "rung_options": {"Q4_K_M-ext": {"type": "Q4_K_M", "imatrix_file": "/elsewhere/m.imatrix"}},
                               "prebuilt": {"Q4_K_M-hub": {"source": {"path": "/hub/m-Q4_K_M.gguf"}}}}}})

@@ -351,11 +351,17 @@ def test_find_speed_floor_on_speeds_measured_here(smollm_q8, smollm_q4km, smollm
 
     files = {"Q8_0": smollm_q8, "Q4_K_M": smollm_q4km, "Q2_K": smollm_q2k}
     rows = {r: speed.metric_rows(speed.measure(str(p), n_prompt=0, n_gen=32, repetitions=3, n_threads=2,
-                                               depths=[512]))
+                                               depths=[512], parallel=[2]))
             for r, p in files.items()}
     for r in files:
-        assert [(x["metric"], x["subset"], x["n_ctx"]) for x in rows[r]] == [
-            ("tg_tokens_per_s", "tg32", 32), ("tg_tokens_per_s_at_depth", "tg32@d512", 544)]
+        assert [(x["metric"], x["subset"], x["n_ctx"], x.get("n_parallel")) for x in rows[r]] == [
+            ("tg_tokens_per_s", "tg32", 32, None), ("tg_tokens_per_s_at_depth", "tg32@d512", 544, None),
+            ("tg_tokens_per_s_parallel", "tg32@d0x2", 32, 2), ("tg_tokens_per_s_parallel", "tg32@d512x2", 544, 2)]
+        # two users sharing the card: each one's speed at their context, not one sequence's
+        two = dv.speed_at(rows[r], 300, parallel=2)
+        assert two["value"] == rows[r][3]["value"] and two["n_parallel"] == 2 and two["subset"] == "tg32@d512x2"
+        assert dv.speed_at(rows[r], 32, parallel=2)["value"] == rows[r][2]["value"]
+        assert "not 4" in dv.speed_at(rows[r], 32, parallel=4)["reason"]
     sp = qfind.Spec("smollm2", "F16", 1 << 40, "1TiB", 2048, "f16", (), tuple(files), "Q8_0", 0.025, "step",
                     min_tps=1.0, parallel=1)
     infos = {r: read_info(str(p)).__dict__ for r, p in files.items()}

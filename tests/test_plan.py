@@ -64,8 +64,8 @@ def ds(tmp_path_factory):
     paths = []
     for rung, (hl, hg, rl, rg, pp, tg) in RUNGS.items():
         speed_rows = speed.metric_rows({
-            "pp": {"n_prompt": 512, "n_gen": 0, "repetitions": 3, "mean_tokens_per_s": pp, "sd_tokens_per_s": 1.0},
-            "tg": {"n_prompt": 0, "n_gen": 128, "repetitions": 3, "mean_tokens_per_s": tg, "sd_tokens_per_s": 0.5}})
+            "pp": {"n_prompt": 512, "n_gen": 0, "n_depth": 0, "n_parallel": 1, "repetitions": 3, "mean_tokens_per_s": pp, "sd_tokens_per_s": 1.0},
+            "tg": {"n_prompt": 0, "n_gen": 128, "n_depth": 0, "n_parallel": 1, "repetitions": 3, "mean_tokens_per_s": tg, "sd_tokens_per_s": 0.5}})
         paths.append(_write_point(root, rung, "speed", speed_rows))
         for bench, (n, losses, gains) in (("humaneval", (HE_N, hl, hg)), ("ruler", (RULER_N, rl, rg))):
             rows = []

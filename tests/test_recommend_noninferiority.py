@@ -74,8 +74,8 @@ def build(tmp: Path, n_items: int) -> Path:
                "compute_buffer_bytes": 20 * MiB, "predicted_total_bytes": (w_mib + 184 + 20) * MiB,
                "peak_mem_bytes": (w_mib + 210) * MiB, "probe": {"method": "rss", "status": "ok"}}
         files.append(mf._write(root, "cpu-test", p, "memory", mf.memory.metric_rows(mem), **kw))
-        spd = {"tg": {"n_prompt": 0, "n_gen": 128, "repetitions": 5, "mean_tokens_per_s": 300.0, "sd_tokens_per_s": 2.0},
-               "pp": {"n_prompt": 512, "n_gen": 0, "repetitions": 5, "mean_tokens_per_s": 3000.0, "sd_tokens_per_s": 9.0}}
+        spd = {"tg": {"n_prompt": 0, "n_gen": 128, "n_depth": 0, "n_parallel": 1, "repetitions": 5, "mean_tokens_per_s": 300.0, "sd_tokens_per_s": 2.0},
+               "pp": {"n_prompt": 512, "n_gen": 0, "n_depth": 0, "n_parallel": 1, "repetitions": 5, "mean_tokens_per_s": 3000.0, "sd_tokens_per_s": 9.0}}
         files.append(mf._write(root, "cpu-test", p, "speed", mf.speed.metric_rows(spd), **kw))
         summ = mf._ppl_summary(20.0 + 10 * (kld or 0.0), kld, kld_se, 100.0 - 40 * (kld or 0.0), base=20.0)
         files.append(mf._write(root, "cpu-test", p, "perplexity", mf.ppl.metric_rows(summ, 512, subset=CORPUS), **kw))

@@ -62,7 +62,8 @@ COLUMNS: list[tuple[str, pa.DataType, str]] = [
      "reference` replaced it, or \"third party, not checked against the reference\" (a manifest from before the "
      "check)"),
     ("n_parallel", pa.int64(), "sequences the point's replies were decoded together with (a generation setting, "
-     "docs/generation.md); null where nothing was generated"),
+     "docs/generation.md), or a speed row's own (tg_tokens_per_s_parallel: B sequences together); null where "
+     "nothing was generated"),
     ("gguf_sha256", pa.string(), "sha256 of the rung's GGUF"),
     ("manifest_hash", pa.string(), "hash of the point's manifest spec (decides validity)"),
     ("harness_version", pa.string(), "quantladder harness version"),
@@ -231,6 +232,8 @@ def rows_from_point(metrics_path: str | Path, manifest_path: str | Path | None =
         row = {c: None for c, _, _ in COLUMNS}
         row.update(base)
         row.update({k: r.get(k) for k in ROW_FIELDS})
+        if r.get("n_parallel") is not None:  # the row's own (a speed test at B sequences) over the point's
+            row["n_parallel"] = int(r["n_parallel"])
         if r.get("status") and status.rank(r["status"]) > status.rank(row["status"]):
             # a row can say more than its file (energy on a CPU: absent)
             row["status"], row["status_reason"] = r["status"], r.get("status_reason")

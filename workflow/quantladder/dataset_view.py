@@ -280,7 +280,8 @@ def at_bpw(ladder: list[tuple[str, float, float]], bpw: float, *, higher_is_bett
 
 SPEED_METRIC = "tg_tokens_per_s"
 # the same test after D tokens in the cache (measures.speed.depths, llama-bench -d): n_ctx D + N
-SPEED_METRICS = (SPEED_METRIC, "tg_tokens_per_s_at_depth")
+# and at B sequences together (measures.speed.parallel, llama-batched-bench -npl B): one sequence's, n_parallel B
+SPEED_METRICS = (SPEED_METRIC, "tg_tokens_per_s_at_depth", "tg_tokens_per_s_parallel")
 
 
 def speed_at(rows: list[dict], ctx: int, parallel: int = 1) -> dict:

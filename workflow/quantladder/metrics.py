@@ -109,11 +109,13 @@ def get(name: str) -> Metric:
 
 
 def row(metric: str, value, *, unit: str | None = None, stderr=None, n=None, subset=None, n_ctx=None,
-        status: str | None = None, status_reason: str | None = None, interval=None) -> dict:
+        status: str | None = None, status_reason: str | None = None, interval=None, n_parallel=None) -> dict:
     """One metric row as measures and benchmarks write it in their metrics.json.
 
     ``unit`` may be given to make a producer's intent explicit; it must equal the declared unit.
     A value of None is a figure that could not be measured: give its status ("absent") and reason.
+    ``n_parallel``: the sequences decoded together for this figure where it is the row's own (a speed
+    test at B concurrent sequences), over the point's generation setting in the dataset.
     ``interval``: the figure's own 95 % interval where value ± 1.96·stderr is not it — a per-token
     figure's, clustered by chunk (``stats.tokens.TokenMean.to_dict()``: ``ci_low``, ``ci_high``, ``stderr``,
     ``n_chunks``): its ends and the clusters behind them, and the whole record (``interval``: what
@@ -136,6 +138,8 @@ def row(metric: str, value, *, unit: str | None = None, stderr=None, n=None, sub
            "stderr": None if stderr is None else float(stderr), "n": None if n is None else int(n),
            "subset": subset, "n_ctx": None if n_ctx is None else int(n_ctx),
            "higher_is_better": m.higher_is_better}
+    if n_parallel is not None:
+        out["n_parallel"] = int(n_parallel)
     if interval is not None and value is not None and math.isfinite(interval["stderr"]):
         out.update(ci_low=float(interval["ci_low"]), ci_high=float(interval["ci_high"]),
                    n_clusters=int(interval["n_chunks"]), interval=dict(interval))

@@ -339,8 +339,8 @@ def candidates(df: pd.DataFrame, ctx: int, weights: dict[str, float] | None = No
             excluded.append({"name": f"{family}/{rung}/{kv}", "reason": reason})
             continue
         weights_b, kv_b, buf_b, mnotes = mem
-        spr = dv.speed_at(dv.whole(fig.get(("speed", dv.SPEED_METRIC), [])) + fig.get(("speed", dv.SPEED_METRICS[1]), []),
-                          ctx, parallel)
+        spr = dv.speed_at(dv.whole(fig.get(("speed", dv.SPEED_METRIC), []))
+                          + [r for m in dv.SPEED_METRICS[1:] for r in fig.get(("speed", m), [])], ctx, parallel)
         out.append(Candidate(
             card=card, family=family, rung=rung, kv=kv, bits_per_weight=pt["bpw"],
             weights_bytes=weights_b, kv_bytes=kv_b, buffer_bytes=buf_b, memory_bytes=weights_b + kv_b + buf_b,
