@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from quantladder import schemas
 from quantladder import aggregate, benchmarks, card, config, manifest
 from quantladder.errors import CardMismatchError, ConfigError
 
@@ -23,7 +24,7 @@ def test_every_schema_key_is_in_exactly_one_settings_group(name):
     every key of the benchmark's section is one of these, so the generation and scoring keys are built
     from declarations, never guessed."""
     cls = benchmarks.get(name)
-    schema = yaml.safe_load((SCHEMAS / f"{name}.schema.yaml").read_text())
+    schema = schemas.load(schemas.benchmark_schema_path(name))  # with its x-shared keys, as validation reads it
     keys = set(schema["properties"])
     groups = [set(cls.item_settings), set(cls.generation_settings) | set(cls.COMMON_GENERATION),
               set(cls.scoring_settings), set(cls.run_settings)]

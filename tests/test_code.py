@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from quantladder import schemas
 from quantladder import config, sandbox
 from quantladder.benchmarks.code import data, extract, prompts, score
 
@@ -159,7 +160,7 @@ def test_config_sections_match_their_schemas():
 
     cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())["benchmarks"]
     for name in ("humaneval", "bigcodebench_hard"):
-        schema = yaml.safe_load((REPO / f"config/schemas/{name}.schema.yaml").read_text())
+        schema = schemas.load(schemas.benchmark_schema_path(name))
         jsonschema.validate(cfg[name], schema)
     assert cfg["humaneval"]["enabled"] and cfg["humaneval"]["limit"]
     assert not cfg["bigcodebench_hard"]["enabled"]

@@ -15,6 +15,7 @@ from collections import Counter
 import pytest
 import yaml
 
+from quantladder import schemas
 from quantladder.benchmarks import ruler
 from quantladder.benchmarks.ruler import build, haystack, score, tasks
 from quantladder.benchmarks.ruler import qa as ruler_qa
@@ -355,7 +356,7 @@ def test_settings_defaults_and_errors():
 def test_schema_accepts_the_default_config_and_matches_the_defaults(repo_root):
     import jsonschema
 
-    schema = yaml.safe_load((repo_root / "config" / "schemas" / "ruler.schema.yaml").read_text())
+    schema = schemas.load(schemas.benchmark_schema_path("ruler"))
     cfg = yaml.safe_load((repo_root / "config" / "config.yaml").read_text())
     section = cfg["benchmarks"]["ruler"]
     jsonschema.validate(section, schema)

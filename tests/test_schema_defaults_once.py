@@ -39,7 +39,7 @@ from quantladder import REPO_ROOT, schemas
 PACKAGE = REPO_ROOT / "workflow" / "quantladder"
 SCRIPTS = REPO_ROOT / "scripts"
 RULES = [*sorted((REPO_ROOT / "rules").glob("*.smk")), REPO_ROOT / "Snakefile"]
-SCHEMA_FILES = [schemas.SCHEMA_PATH, *sorted(schemas.SCHEMA_DIR.glob("*.schema.yaml"))]
+SCHEMA_FILES = [schemas.SCHEMA_PATH, *sorted(schemas.SCHEMA_DIR.glob("*.schema.yaml")), schemas.EXAM_FRAGMENT_PATH]
 _EMPTY = ({}, [], ())
 
 # Reads of dicts that are no config section, though a key's name is a schema key's: (file, key, fallback).

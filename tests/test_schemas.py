@@ -150,3 +150,29 @@ def test_a_top_level_integer_written_as_a_float_is_named_before_snakemakes_check
     cfg["quantize"]["imatrix_settings"]["n_ctx"] = value
     with pytest.raises(ConfigError, match=rf"c\.yaml: key quantize\.imatrix_settings\.n_ctx: {message}"):
         config.check_types(cfg, source="c.yaml")
+
+
+def test_the_exams_common_keys_are_written_once_and_read_as_their_own(tmp_path):
+    """n_parallel, early_stop and time_budget_s: one definition (config/schemas/exam.fragment.yaml), which
+    each exam's schema takes by name (x-shared) and validation reads as the exam's own property; a name
+    the fragment lacks, or a key written both ways, is refused naming the file."""
+    import yaml
+
+    fragment = yaml.safe_load(schemas.EXAM_FRAGMENT_PATH.read_text())["properties"]
+    takers = 0
+    for path in sorted(schemas.SCHEMA_DIR.glob("*.schema.yaml")):
+        raw = yaml.safe_load(path.read_text())
+        for key in raw.get("x-shared") or []:
+            assert key not in raw["properties"]
+            assert schemas.load(path)["properties"][key] == fragment[key], (path.name, key)
+            takers += 1
+        for key in fragment:  # never a second copy beside the fragment
+            assert key not in raw.get("properties", {}) or raw["properties"][key] != fragment[key], (path.name, key)
+    assert takers >= 20
+    for body, match in (({"x-shared": ["n_parallell"], "properties": {}}, "does not define"),
+                        ({"x-shared": ["n_parallel"], "properties": {"n_parallel": {"type": "integer"}}},
+                         "write it once")):
+        bad = tmp_path / f"bad{len(body['properties'])}.schema.yaml"
+        bad.write_text(yaml.safe_dump(body))
+        with pytest.raises(ValueError, match=match):
+            schemas.load(bad)

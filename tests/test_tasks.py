@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from quantladder import schemas
 from quantladder import benchmarks, config, manifest
 from quantladder.benchmarks import ScoringContext
 from quantladder.benchmarks.base import Env
@@ -332,7 +333,7 @@ def test_the_example_uses_every_check_kind_and_validates():
     assert 12 <= len(tf.items) <= 20
     assert {c.kind for it in tf.items for c in it.checks} == set(C.KINDS)
     assert any(isinstance(it.prompt, list) for it in tf.items) and any(it.system for it in tf.items)
-    schema = yaml.safe_load((REPO / "config/schemas/tasks.schema.yaml").read_text())
+    schema = schemas.load(schemas.benchmark_schema_path("tasks"))
     import jsonschema
 
     jsonschema.validate({"enabled": True, "source": {"path": "config/tasks/example.jsonl"}}, schema)

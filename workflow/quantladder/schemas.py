@@ -29,9 +29,26 @@ def benchmark_schema_path(name: str) -> Path:
     return SCHEMA_DIR / f"{name}.schema.yaml"
 
 
+EXAM_FRAGMENT_PATH = SCHEMA_DIR / "exam.fragment.yaml"  # the keys every exam's section may take, once
+
+
 @lru_cache(maxsize=None)
 def _load(path: Path) -> dict:
-    return yaml.safe_load(path.read_text())
+    """A schema file as validation reads it: an exam's ``x-shared`` keys (n_parallel, early_stop,
+    time_budget_s) copied in from config/schemas/exam.fragment.yaml, where they are written once."""
+    doc = yaml.safe_load(Path(path).read_text())
+    shared = doc.pop("x-shared", None) if isinstance(doc, dict) else None
+    if shared:
+        fragment = yaml.safe_load(EXAM_FRAGMENT_PATH.read_text())["properties"]
+        props = doc.setdefault("properties", {})
+        for key in shared:
+            if key not in fragment:
+                raise ValueError(f"{path}: x-shared names {key!r}, which {EXAM_FRAGMENT_PATH.name} does not define "
+                                 f"({', '.join(fragment)})")
+            if key in props:
+                raise ValueError(f"{path}: {key!r} is both x-shared and its own property: write it once")
+            props[key] = copy.deepcopy(fragment[key])
+    return doc
 
 
 def load(path: Path) -> dict:
