@@ -284,7 +284,8 @@ def main(argv=None) -> int:
                                                     idle_cache_path=work / "idle.json", idle=idle, reader=reader,
                                                     interval_s=a.interval, idle_window_s=a.idle_window)
                 else:
-                    res = energy.measure_generation(work_fn, n_gen_tokens=1, n_prompt_tokens=1, idle_cache_path=None)
+                    res = energy.measure_generation(work_fn, n_gen_tokens=1, n_prompt_tokens=1, idle_cache_path=None,
+                                                    interval_s=a.interval)
                 smi_during.update(nvidia_smi(os.getpid()))
                 return res
             finally:
