@@ -204,3 +204,17 @@ def test_a_toy_measure_from_the_recipe_runs_into_the_dataset(tmp_path):
     assert man["benchmark"] == "tensor_count" and man["settings"] == {} and "measure" in man["keys"]
     # it was timed as its declaration says, under its family
     assert list((work / "logs/benchmarks/tensor_count").rglob("*.tsv"))
+
+
+def test_the_aggregate_alone_knows_every_measures_figures():
+    """The measures declare their figures in their own modules, so a process that builds the dataset and
+    imports no measure (the aggregate job: scripts/aggregate.py) must still see them declared, or the
+    paired columns of the per-token figures come out empty (they did, until aggregate imported the
+    catalog: tests/test_pipeline.py's partial report caught it)."""
+    code = ("import sys; from quantladder import aggregate, metrics, deltas\n"
+            "missing = [m for m in ('kld_mean', 'ln_ppl_ratio', 'same_top_token', 'tg_tokens_per_s', 'weights_bytes',\n"
+            "           'joules_per_generated_token', 'teacher_kld') if m not in metrics.registry()]\n"
+            "assert not missing, missing\n"
+            "assert deltas.comparison_family('perplexity', 'kld_mean', 'prose-en') == deltas.TOKENS\n"
+            "assert 'quantladder.measures.perplexity' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(REPO / "workflow")})

