@@ -16,9 +16,12 @@ REPO = Path(__file__).resolve().parents[1]
 def test_recommend_rule(tmp_path, fixture_dataset):
     (tmp_path / "results" / "cpu-test").mkdir(parents=True)
     shutil.copy(fixture_dataset, tmp_path / "results" / "cpu-test" / "points.parquet")
-    # the rule file needs only what rules/common.smk gives every rule: `json` and runtime_for()
+    # the rule file needs only what rules/common.smk gives every rule: `json`, runtime_for() and the
+    # validated config (its `recommend:` section with the schema's defaults filled in)
     (tmp_path / "Snakefile").write_text(
-        "import json\n\n\ndef runtime_for(name, default):\n    return default\n\n\n"
+        "import json\n\nfrom quantladder import schemas\n\n"
+        'config["recommend"] = schemas.filled(schemas.SCHEMA_PATH, config.get("recommend"), "recommend")\n\n\n'
+        "def runtime_for(name, default):\n    return default\n\n\n"
         f'include: "{REPO / "rules" / "recommend.smk"}"\n')
     (tmp_path / "config.yaml").write_text("recommend:\n  weights: {bfcl: 1}\n  min_tg_tokens_per_s: 20\n")
     targets = ["results/cpu-test/recommendation/mem3000MiB-ctx32768.json",
