@@ -56,9 +56,10 @@ declare_figures(
 )
 
 
-def bench_prompt(ctx, n_tokens: int, n_batch: int, rng, start_pos: int = 0) -> None:
+def bench_prompt(ctx, n_tokens: int, n_batch: int, rng, start_pos: int = 0, seq: int = 0) -> None:
     """llama-bench's test_prompt: ``n_tokens`` random tokens decoded in ``n_batch`` pieces, from position
-    ``start_pos`` (after a depth's tokens); the first is BOS when the vocab adds one, as each call's is."""
+    ``start_pos`` (after a depth's tokens) of sequence ``seq``; the first is BOS when the vocab adds one,
+    as each call's is."""
     done = 0
     while done < n_tokens:
         n = min(n_batch, n_tokens - done)
@@ -68,7 +69,7 @@ def bench_prompt(ctx, n_tokens: int, n_batch: int, rng, start_pos: int = 0) -> N
         pos = np.arange(start_pos + done, start_pos + done + n, dtype=np.int32)
         mask = np.zeros(n, dtype=np.int8)
         mask[-1] = 1
-        ctx.decode(toks, pos, np.zeros(n, dtype=np.int32), mask)
+        ctx.decode(toks, pos, np.full(n, seq, dtype=np.int32), mask)
         done += n
     ctx.synchronize()
 
@@ -138,19 +139,9 @@ def run_parallel(model_path: str, *, n_gen: int, n_parallel: int, repetitions: i
                     n_seq_max=n_parallel, kv=kv, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
                     flash_attn=flash_attn) as ctx:
 
-        def prefill():
+        def prefill():  # each sequence's depth, as llama-batched-bench's prompts (untimed here)
             for s in range(n_parallel):
-                done = 0
-                while done < n_depth:
-                    n = min(n_batch, n_depth - done)
-                    toks = rng.integers(0, ctx.n_vocab, size=n, dtype=np.int32)
-                    if done == 0 and ctx.add_bos:
-                        toks[0] = ctx.bos
-                    mask = np.zeros(n, dtype=np.int8)
-                    mask[-1] = 1
-                    ctx.decode(toks, np.arange(done, done + n, dtype=np.int32), np.full(n, s, dtype=np.int32), mask)
-                    done += n
-            ctx.synchronize()
+                bench_prompt(ctx, n_depth, n_batch, rng, seq=s)
 
         def steps(n_steps: int) -> None:
             for i in range(n_steps):
