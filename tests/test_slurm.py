@@ -620,7 +620,10 @@ def test_ladder_on_slurm(cluster, tmp_path):
     measuring = sorted((j for j in jobs if j["rule"] in loaders or is_scoring(j)), key=lambda j: int(j["id"]))
     last = {j["target"]: j for j in measuring}
     assert all(j["state"] == "COMPLETED" for j in last.values()), [j for j in last.values() if j["state"] != "COMPLETED"]
-    assert all(j["state"] in ("COMPLETED", "TIMEOUT") for j in measuring), \
+    # an earlier attempt may have stopped at its time limit (TIMEOUT) or failed (FAILED: a tool gate's
+    # llama-perplexity was seen ending mid-pass on a loaded node, 2026-12-06) as long as the profile's retry
+    # of the same target completed (checked above); anything else (cancelled, out of memory) is a defect
+    assert all(j["state"] in ("COMPLETED", "TIMEOUT", "FAILED") for j in measuring), \
         [j for j in measuring if j["state"] != "COMPLETED"]
 
     # 4. The same ladder on one machine gives the same figures: one thread a job, as each Slurm job had
