@@ -122,6 +122,15 @@ def parser() -> argparse.ArgumentParser:
     fd.add_argument("--unlock", action="store_true",
                     help="remove the lock a killed walk (kill -9, a lost node) left in --directory, as Snakemake's "
                          "--unlock does, and run nothing; only when no Snakemake runs there")
+    df_ = sub.add_parser("diff", help="compare two datasets figure by figure (exit 1 when a figure differs): did a "
+                         "change of code, build or config move any figure")
+    df_.add_argument("old", help="a points.parquet, or the results/<card> folder holding one")
+    df_.add_argument("new", help="the dataset to compare with it")
+    df_.add_argument("--rtol", type=float, default=0.0,
+                     help="relative tolerance (default 0: the same card and config give byte-identical figures)")
+    df_.add_argument("--shared", action="store_true",
+                     help="compare only the rows both hold (rows of one alone are listed, not a difference)")
+    df_.add_argument("--json", action="store_true", help="print the comparison as JSON")
     pl = sub.add_parser("plan", help="items needed to detect a loss, and what a plan costs in job-hours")
     pl.add_argument("--detect", required=True, type=float, help="loss to detect, in percentage points (e.g. 2)")
     pl.add_argument("--dataset", required=True, help="points.parquet of one card")
@@ -204,6 +213,12 @@ def main(argv: list[str] | None = None) -> int:
             if hint:
                 print(hint, file=sys.stderr)
             return rc
+        if args.cmd == "diff":
+            from . import dataset_diff
+
+            result = dataset_diff.compare(args.old, args.new, rtol=args.rtol)
+            print(json.dumps(result, indent=2, default=str) if args.json else dataset_diff.format_text(result))
+            return 0 if dataset_diff.equal(result, shared_only=args.shared) else 1
         if args.cmd == "plan":
             from . import plan as qplan
 

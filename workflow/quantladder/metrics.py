@@ -65,6 +65,9 @@ class Metric:
     per_item: bool = False  # one row per item (subset = item id): not a figure to plot
     group: str | None = None  # what a consumer draws it with: flips, noise, loops, generation
     pareto_cost: int = 0  # a cost axis of the Pareto fronts: 1 the most preferred of its measure; 0 none
+    # read off a clock or a sensor (tokens/s, joules, a sampled peak, seconds): two runs on the same card
+    # and config give other values, where every other figure is byte-identical (quantladder.dataset_diff)
+    clocked: bool = False
 
     def __post_init__(self):
         if self.whole not in WHOLE_KINDS:
@@ -187,7 +190,8 @@ def markdown() -> str:
         whole = {"null": "row without subset", "only": "its one subset", "none": "per subset only"}[m.whole]
         writers = ", ".join("any task" if w == TASK else w for w in m.writers)
         head = ", ".join(m.headline_for) or "—"
-        lines.append(f"| `{m.name}` | {m.unit} | {better} | {se} | {whole} | {writers} | {head} | {m.description} |")
+        clocked = " (read off a clock or sensor: varies between runs)" if m.clocked else ""
+        lines.append(f"| `{m.name}` | {m.unit} | {better} | {se} | {whole} | {writers} | {head} | {m.description}{clocked} |")
     return "\n".join(lines)
 
 
@@ -211,5 +215,5 @@ declare(
     Metric("generation_output_tokens", "tokens", "tokens generated for them, at n_ctx", (TASK,),
            group="generation"),
     Metric("generation_seconds", "s", "wall time the generation loop spent on them, at n_ctx", (TASK,),
-           higher_is_better=False, group="generation"),
+           higher_is_better=False, group="generation", clocked=True),
 )

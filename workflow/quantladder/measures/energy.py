@@ -50,19 +50,19 @@ declare_figures(
     Metric("joules_per_generated_token", "J/token",
            "energy per generated token: NVML power minus the node's idle power, integrated over generation "
            "(subset incl_prompt where prompt and generation could not be told apart)", (NAME,),
-           higher_is_better=False, stderr="se", whole="only", headline_for=(NAME,), pareto_cost=1),
+           higher_is_better=False, stderr="se", whole="only", headline_for=(NAME,), pareto_cost=1, clocked=True),
     Metric("joules_per_prompt_token", "J/token", "energy per prompt token, net of idle power", (NAME,),
-           higher_is_better=False, stderr="se"),
+           higher_is_better=False, stderr="se", clocked=True),
     Metric("net_energy_j", "J", "energy of the measured work net of idle power", (NAME,), higher_is_better=False,
-           stderr="se"),
+           stderr="se", clocked=True),
     Metric("total_energy_j", "J", "energy of the measured work including idle power (subset: counter or "
-           "integrated power)", (NAME,), higher_is_better=False, stderr="se", whole="only"),
-    Metric("mean_power_w", "W", "mean card power during the measured work", (NAME,)),
-    Metric("idle_power_w", "W", "the node's idle card power (baseline)", (NAME,), stderr="se"),
-    Metric("duration_s", "s", "duration of the measured work", (NAME,)),
-    Metric("sampling_interval_s", "s", "power sampling interval", (NAME,)),
+           "integrated power)", (NAME,), higher_is_better=False, stderr="se", whole="only", clocked=True),
+    Metric("mean_power_w", "W", "mean card power during the measured work", (NAME,), clocked=True),
+    Metric("idle_power_w", "W", "the node's idle card power (baseline)", (NAME,), stderr="se", clocked=True),
+    Metric("duration_s", "s", "duration of the measured work", (NAME,), clocked=True),
+    Metric("sampling_interval_s", "s", "power sampling interval", (NAME,), clocked=True),
     Metric("sample_gaps", "1", "power samples missed (gaps longer than twice the interval)", (NAME,),
-           higher_is_better=False),
+           higher_is_better=False, clocked=True),
 )
 
 

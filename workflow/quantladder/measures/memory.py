@@ -46,8 +46,8 @@ declare_figures(
            "measured peak memory of the process at n_ctx, by the card's probe (subset): peak RSS on a CPU "
            "(rss), NVML's per-process VRAM on a GPU (nvml_process) or the card's used-memory rise "
            "(nvml_device_delta)", (NAME, TASK), higher_is_better=False, whole="only", headline_for=(NAME,),
-           pareto_cost=1),
-    Metric("peak_over_predicted", "1", "measured peak / predicted total", (NAME,)),
+           pareto_cost=1, clocked=True),
+    Metric("peak_over_predicted", "1", "measured peak / predicted total", (NAME,), clocked=True),
     Metric("n_ctx_train", "tokens", "the context the model was trained for (GGUF metadata)", (NAME,),
            higher_is_better=True),
 )

@@ -40,19 +40,19 @@ MEASURE = declare(Measure(
 
 declare_figures(
     Metric("pp_tokens_per_s", "tokens/s", "prompt processing (llama-bench's ppN test: N random tokens)", (NAME,),
-           higher_is_better=True, stderr="sd", whole="only", headline_for=(NAME,)),
+           higher_is_better=True, stderr="sd", whole="only", headline_for=(NAME,), clocked=True),
     Metric("tg_tokens_per_s", "tokens/s", "generation (llama-bench's tgN test: N single-token decodes)", (NAME,),
-           higher_is_better=True, stderr="sd", whole="only", headline_for=(NAME,), pareto_cost=1),
+           higher_is_better=True, stderr="sd", whole="only", headline_for=(NAME,), pareto_cost=1, clocked=True),
     # at a context (measures.speed.depths): what a user with that many tokens in the cache gets
     Metric("pp_tokens_per_s_at_depth", "tokens/s", "prompt processing after D tokens already in the cache "
            "(llama-bench -d D; subset ppN@dD, n_ctx D + N)", (NAME,), higher_is_better=True, stderr="sd",
-           whole="none"),
+           whole="none", clocked=True),
     Metric("tg_tokens_per_s_at_depth", "tokens/s", "generation after D tokens already in the cache (llama-bench "
            "-d D; subset tgN@dD, n_ctx D + N): the speed a user at that context gets", (NAME,),
-           higher_is_better=True, stderr="sd", whole="none"),
+           higher_is_better=True, stderr="sd", whole="none", clocked=True),
     Metric("tg_tokens_per_s_parallel", "tokens/s", "generation of one of B sequences decoded together, each after "
            "D tokens (llama-batched-bench -npl B -npp D: its S_TG / B; subset tgN@dDxB, n_ctx D + N, n_parallel B): "
-           "the speed each of B concurrent users gets", (NAME,), higher_is_better=True, stderr="sd", whole="none"),
+           "the speed each of B concurrent users gets", (NAME,), higher_is_better=True, stderr="sd", whole="none", clocked=True),
 )
 
 
