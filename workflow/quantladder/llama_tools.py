@@ -295,6 +295,14 @@ def _record_path(root: Path, key: str) -> Path:
     return root / key / "build.json"
 
 
+def _tree(root: Path, key: str) -> Path:
+    """Where a build's vendored source and CMake tree stay after its tools are copied out: llama.cpp's
+    other programs (EXTRA_TOOLS) build there, their own targets on the objects the tools already compiled,
+    instead of compiling ggml and libllama once more each (on 2 cores, minutes each). A CMake tree cannot
+    be moved, so the build runs where it is kept; ``done.json`` marks a tree whose build finished."""
+    return root / f"{key}.tree"
+
+
 def verify(record: dict) -> dict:
     """The record with its binaries checked against their recorded sha256 (a rebuilt or edited
     binary is refused: the manifests that name it would lie)."""
@@ -355,7 +363,10 @@ def ensure(configured_dir: str | None = None, extra_args: tuple[str, ...] = (), 
         sdist = fetch_sdist(version, root / "sdist", log)
         out = root / key
         shutil.rmtree(out, ignore_errors=True)
-        work = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+        work = _tree(root, key)  # kept for the extra tools once the build is done
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        done = False
         try:
             with tarfile.open(sdist) as tar:
                 members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name]
@@ -385,9 +396,12 @@ def ensure(configured_dir: str | None = None, extra_args: tuple[str, ...] = (), 
             tmp = rec_path.with_suffix(".json.partial")
             tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
             os.replace(tmp, rec_path)
+            (work / "done.json").write_text(json.dumps({"record": str(rec_path), "cmake_args": args}))
+            done = True
             return record
         finally:
-            shutil.rmtree(work, ignore_errors=True)
+            if not done:
+                shutil.rmtree(work, ignore_errors=True)
 
 
 # llama.cpp's other programs the benchmarks compare the engine with (benchmarks/gen_throughput.py),
@@ -406,7 +420,9 @@ def extra_tool(name: str, configured_dir: str | None = None, jobs: int = 0, log=
     """One of EXTRA_TOOLS, built once from the same sdist, patches, backend and flags as the four
     workflow tools (its own CMake flags added: a server build does not disturb their key), cached
     beside them as ``<build key>-<short name>/bin/<name>`` with its ``build.json`` (the binary's
-    sha256 and the build's wall seconds); a binary that no longer matches its record is rebuilt."""
+    sha256, the build's wall seconds and where it was built); a binary that no longer matches its
+    record is rebuilt. It builds in the tools' kept tree (:func:`_tree`) where their build finished
+    there, else in a tree of its own (a cache made before trees were kept)."""
     if name not in EXTRA_TOOLS:
         raise ToolsError(f"unknown extra tool {name!r}; known: {', '.join(EXTRA_TOOLS)}")
     version, backend = library_version(), library_backend()
@@ -432,30 +448,52 @@ def extra_tool(name: str, configured_dir: str | None = None, jobs: int = 0, log=
             raise ToolsError("cmake is not installed (.ci/system-packages.txt lists it; "
                              "bash .ci/install-system-packages.sh)")
         sdist = fetch_sdist(version, root / "sdist", log)
-        work = Path(tempfile.mkdtemp(prefix=f".{key}-{name}.", dir=root))
+        n_jobs = str(jobs or os.cpu_count() or 1)
         t0 = _dt.datetime.now(_dt.timezone.utc)
-        try:
-            with tarfile.open(sdist) as tar:
-                tar.extractall(work, members=[m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name],
-                               filter="data")
-            src = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
-            apply_patches(src, log)  # the project's patches, as the library and the tools carry them
-            gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-            _run(["cmake", "-S", str(src), "-B", str(work / "build"), *gen, *args], log, what=f"building {name}")
-            _run(["cmake", "--build", str(work / "build"), "-j", str(jobs or os.cpu_count() or 1), "--target", name],
-                 log, what=f"building {name}")
-            shutil.rmtree(out, ignore_errors=True)
-            (out / "bin").mkdir(parents=True)
-            shutil.copy2(work / "build" / "bin" / name, exe)
-            seconds = (_dt.datetime.now(_dt.timezone.utc) - t0).total_seconds()
-            rec = {"llama_cpp_python": version, "backend": backend, "cmake_args": args, "patches": patches_key(),
-                   "sdist_sha256": sha256_file(sdist), name: sha256_file(exe),
-                   "built_at": t0.isoformat(timespec="seconds"),
-                   "build_seconds": round(seconds, 1), "jobs": jobs or os.cpu_count() or 1}
-            rec_path.write_text(json.dumps(rec, indent=1, sort_keys=True))
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+        tools_key = build_key(version, backend, cmake_args(backend))
+        built_in = None
+        with _locked(root / f"{tools_key}.lock"):  # the tools' own build is not running in their tree
+            tree = _tree(root, tools_key)
+            if (tree / "done.json").is_file() and next(tree.glob("llama_cpp_python-*/vendor/llama.cpp"), None):
+                src = next(tree.glob("llama_cpp_python-*/vendor/llama.cpp"))
+                try:  # the tree's generator kept (no -G); this tool's flags over the tools' own
+                    _run(["cmake", "-S", str(src), "-B", str(tree / "build"), *args], log, what=f"building {name}")
+                    _run(["cmake", "--build", str(tree / "build"), "-j", n_jobs, "--target", name], log,
+                         what=f"building {name}")
+                    _install_extra(tree / "build" / "bin" / name, out, exe)
+                    built_in = f"the tools' kept tree {tree.name} (their compiled objects reused)"
+                except ToolsError as e:
+                    _log(log, f"building {name} in {tree} failed, building it in a tree of its own: {e}")
+        if built_in is None:
+            work = Path(tempfile.mkdtemp(prefix=f".{key}-{name}.", dir=root))
+            try:
+                with tarfile.open(sdist) as tar:
+                    tar.extractall(work, members=[m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name],
+                                   filter="data")
+                src = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
+                apply_patches(src, log)  # the project's patches, as the library and the tools carry them
+                gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+                _run(["cmake", "-S", str(src), "-B", str(work / "build"), *gen, *args], log, what=f"building {name}")
+                _run(["cmake", "--build", str(work / "build"), "-j", n_jobs, "--target", name], log,
+                     what=f"building {name}")
+                _install_extra(work / "build" / "bin" / name, out, exe)
+                built_in = "a tree of its own"
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+        seconds = (_dt.datetime.now(_dt.timezone.utc) - t0).total_seconds()
+        rec = {"llama_cpp_python": version, "backend": backend, "cmake_args": args, "patches": patches_key(),
+               "sdist_sha256": sha256_file(sdist), name: sha256_file(exe), "built_in": built_in,
+               "built_at": t0.isoformat(timespec="seconds"), "build_seconds": round(seconds, 1), "jobs": int(n_jobs)}
+        rec_path.write_text(json.dumps(rec, indent=1, sort_keys=True))
     return exe
+
+
+def _install_extra(built: Path, out: Path, exe: Path) -> None:
+    if not built.is_file():
+        raise ToolsError(f"the build finished without {built}")
+    shutil.rmtree(out, ignore_errors=True)
+    (out / "bin").mkdir(parents=True)
+    shutil.copy2(built, exe)
 
 
 def load(record_path: str | os.PathLike) -> dict:
