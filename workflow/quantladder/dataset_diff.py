@@ -59,14 +59,6 @@ def _na(v) -> bool:
     return v is None or (not isinstance(v, str) and bool(pd.isna(v)))
 
 
-def _same(a, b, rtol: float) -> bool:
-    if _na(a) or _na(b):
-        return _na(a) and _na(b)
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
-        return a == b or abs(a - b) <= rtol * max(abs(a), abs(b))
-    return a == b
-
-
 #: what a clocked figure's rows are still compared on: what was measured and whether it counts, not its value
 CLOCKED_FIGURE = ("unit", "n", "status")
 

@@ -368,15 +368,7 @@ def ensure(configured_dir: str | None = None, extra_args: tuple[str, ...] = (), 
         work.mkdir(parents=True)
         done = False
         try:
-            with tarfile.open(sdist) as tar:
-                members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name]
-                tar.extractall(work, members=members, filter="data")
-            src = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
-            apply_patches(src, log)
-            gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-            _run(["cmake", "-S", str(src), "-B", str(work / "build"), *gen, *args], log)
-            _run(["cmake", "--build", str(work / "build"), "-j", str(jobs or os.cpu_count() or 1),
-                  "--target", *TOOLS], log)
+            _build_fresh(sdist, work, args, TOOLS, str(jobs or os.cpu_count() or 1), log)
             (out / "bin").mkdir(parents=True)
             tools = {}
             for name in TOOLS:
@@ -467,15 +459,7 @@ def extra_tool(name: str, configured_dir: str | None = None, jobs: int = 0, log=
         if built_in is None:
             work = Path(tempfile.mkdtemp(prefix=f".{key}-{name}.", dir=root))
             try:
-                with tarfile.open(sdist) as tar:
-                    tar.extractall(work, members=[m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name],
-                                   filter="data")
-                src = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
-                apply_patches(src, log)  # the project's patches, as the library and the tools carry them
-                gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-                _run(["cmake", "-S", str(src), "-B", str(work / "build"), *gen, *args], log, what=f"building {name}")
-                _run(["cmake", "--build", str(work / "build"), "-j", n_jobs, "--target", name], log,
-                     what=f"building {name}")
+                _build_fresh(sdist, work, args, (name,), n_jobs, log, what=f"building {name}")
                 _install_extra(work / "build" / "bin" / name, out, exe)
                 built_in = "a tree of its own"
             finally:
@@ -486,6 +470,19 @@ def extra_tool(name: str, configured_dir: str | None = None, jobs: int = 0, log=
                "built_at": t0.isoformat(timespec="seconds"), "build_seconds": round(seconds, 1), "jobs": int(n_jobs)}
         rec_path.write_text(json.dumps(rec, indent=1, sort_keys=True))
     return exe
+
+
+def _build_fresh(sdist: Path, work: Path, args: list[str], targets, n_jobs: str, log,
+                 what: str = "building llama.cpp's tools") -> None:
+    """The sdist's vendored llama.cpp extracted into ``work``, the project's patches applied (as the
+    library and the tools carry them), configured with ``args`` and ``targets`` built in ``work/build``."""
+    with tarfile.open(sdist) as tar:
+        tar.extractall(work, members=[m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name], filter="data")
+    src = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
+    apply_patches(src, log)
+    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+    _run(["cmake", "-S", str(src), "-B", str(work / "build"), *gen, *args], log, what=what)
+    _run(["cmake", "--build", str(work / "build"), "-j", n_jobs, "--target", *targets], log, what=what)
 
 
 def _install_extra(built: Path, out: Path, exe: Path) -> None:
